@@ -1,0 +1,1 @@
+"""The `hydrant` command line: one group, a module per command family."""

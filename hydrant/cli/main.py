@@ -1,0 +1,40 @@
+"""Entry point of the `hydrant` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hydrant import __version__
+from hydrant.cli.context import CliContext
+from hydrant.cli.database import migrate
+from hydrant.cli.later import jobs, keys, report, tenants, worker
+from hydrant.cli.modelcmds import capacity, demo_model, models
+from hydrant.cli.serve import serve
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hydrant")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML settings file ([hydrant] table); HYDRANT_* variables override it.",
+)
+@click.pass_context
+def cli(ctx: click.Context, config_file: Path | None) -> None:
+    """Hydrant: multi-tenant LLM inference with metering, quotas and billing.
+
+    With no configuration, `hydrant serve` runs everything in one process:
+    SQLite, in-memory limits, an in-process CPU engine and a generated demo model.
+    """
+    ctx.obj = CliContext(config_file=config_file)
+
+
+for command in (serve, worker, migrate, tenants, keys, models, report, capacity, demo_model, jobs):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli(prog_name="hydrant")

@@ -1,0 +1,56 @@
+"""`hydrant serve`: the API gateway; on the embedded default, everything in one process."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from hydrant.cli.context import CliContext, pass_context
+from hydrant.settings import ModelSpec, Settings
+
+log = logging.getLogger("hydrant.serve")
+
+
+def prepare_embedded(settings: Settings) -> None:
+    """Generate the demo model on first start when no model is configured."""
+    if settings.models:
+        return
+    target = settings.demo_model_dir
+    if (target / "config.json").is_file():
+        return
+    from hydrant.engine.demo_model import write_demo_model  # torch: only in this mode
+
+    log.info("no model configured: generating the demo model", extra={"path": str(target)})
+    write_demo_model(target, progress=lambda step: log.info("demo model: %s", step))
+
+
+@click.command()
+@click.option("--host", help="Address to listen on (HYDRANT_HOST).")
+@click.option("--port", type=int, help="Port to listen on (HYDRANT_PORT).")
+@click.option(
+    "--model",
+    "model_specs",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="Serve this checkpoint directory under NAME (repeatable; HYDRANT_MODELS).",
+)
+@pass_context
+def serve(
+    cli: CliContext, host: str | None, port: int | None, model_specs: tuple[str, ...]
+) -> None:
+    """Run the API gateway: /v1 (OpenAI-compatible), /admin, /ui, /metrics, /healthz, /readyz."""
+    import uvicorn
+
+    from hydrant.platform.app import create_app
+    from hydrant.platform.db import migrate
+
+    models = tuple(ModelSpec.parse(spec) for spec in model_specs) or None
+    settings = cli.settings(host=host, port=port, models=models)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    prepare_embedded(settings)
+    if settings.auto_migrate:
+        migrate.upgrade(settings.effective_database_url)
+    app = create_app(settings)
+    log.info("listening", extra={"host": settings.host, "port": settings.port})
+    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False)

@@ -1,0 +1,161 @@
+"""One typed settings object, read once from `HYDRANT_*` variables and an optional TOML file.
+
+Modules never read the environment themselves: the CLI builds a `Settings`
+with `load_settings()` and passes it down, so tests can build one directly and
+two settings objects can live in one process (two gateways in one test).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal, get_args, get_type_hints
+
+from hydrant.errors import ConfigurationError
+
+ENV_PREFIX = "HYDRANT_"
+
+FailureMode = Literal["closed", "open"]
+LogFormat = Literal["json", "text"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model the gateway serves: the public name and the checkpoint directory."""
+
+    name: str
+    path: Path
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        """Parse `name=path`, the form used in `HYDRANT_MODELS` (comma separated)."""
+        name, sep, path = text.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ConfigurationError(
+                f"model spec {text!r} must look like NAME=PATH (e.g. llama3=/models/llama3-8b)"
+            )
+        return cls(name=name.strip(), path=Path(path.strip()).expanduser())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything Hydrant can be configured with; each field is documented in the README."""
+
+    data_dir: Path = Path("data")
+    database_url: str | None = None
+    redis_url: str | None = None
+    smtp_url: str | None = None
+    outbox_dir: Path | None = None
+    models: tuple[ModelSpec, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    admin_bootstrap_key: str | None = None
+    secret_key: str | None = None
+    key_env: Literal["live", "test"] = "live"
+    auto_migrate: bool = True
+    device: str = "cpu"
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    kv_cache_bytes: int = 256 * 1024 * 1024
+    redis_failure_mode: FailureMode = "closed"
+    log_level: str = "INFO"
+    log_format: LogFormat = "json"
+    log_file: Path | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured database, or the embedded SQLite file under the data directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'hydrant.db').resolve()}"
+
+    @property
+    def effective_outbox_dir(self) -> Path:
+        return self.outbox_dir or self.data_dir / "outbox"
+
+    @property
+    def demo_model_dir(self) -> Path:
+        return self.data_dir / "models" / "demo"
+
+    @property
+    def embedded(self) -> bool:
+        """True when no external service is configured: everything runs in this process."""
+        return self.database_url is None and self.redis_url is None
+
+    def served_models(self) -> tuple[ModelSpec, ...]:
+        """The models to serve; the generated demo model when none is configured."""
+        if self.models:
+            return self.models
+        return (ModelSpec(name="demo", path=self.demo_model_dir),)
+
+
+_FIELD_TYPES: dict[str, Any] = get_type_hints(Settings)
+_ENV_FIELDS = [f.name for f in fields(Settings) if f.name != "extra"]
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    """Turn an environment string or TOML value into the field's type, with a clear error."""
+    kind = _FIELD_TYPES[name]
+    try:
+        if name == "models":
+            items = raw.split(",") if isinstance(raw, str) else list(raw)
+            specs = []
+            for item in items:
+                if isinstance(item, Mapping):
+                    specs.append(ModelSpec(name=str(item["name"]), path=Path(str(item["path"]))))
+                elif str(item).strip():
+                    specs.append(ModelSpec.parse(str(item)))
+            return tuple(specs)
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in {"1", "true", "yes", "on"}:
+                return True
+            if text in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError("expected true or false")
+        if kind is int:
+            return int(raw)
+        if kind in (Path, Path | None):
+            return Path(str(raw)).expanduser() if str(raw) != "" else None
+        choices = get_args(kind)
+        if choices and all(isinstance(c, str) for c in choices):
+            if str(raw) not in choices:
+                raise ValueError(f"expected one of {', '.join(choices)}")
+            return str(raw)
+        return None if raw == "" and "None" in str(kind) else str(raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"setting {name} ({ENV_PREFIX}{name.upper()}): {exc}") from exc
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Build settings: defaults, then the TOML file, then `HYDRANT_*` variables, then overrides."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            document = tomllib.loads(Path(config_file).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigurationError(f"cannot read config file {config_file}: {exc}") from exc
+        section = document.get("hydrant", document)
+        unknown = sorted(set(section) - set(_ENV_FIELDS))
+        if unknown:
+            raise ConfigurationError(f"unknown settings in {config_file}: {', '.join(unknown)}")
+        values.update({k: _coerce(k, v) for k, v in section.items()})
+    for name in _ENV_FIELDS:
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            values[name] = _coerce(name, raw)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    settings = replace(Settings(), **values)
+    if not 0 < settings.port < 65536:
+        raise ConfigurationError(f"port {settings.port} is out of range 1-65535")
+    return settings

@@ -1,0 +1,1 @@
+"""Triton kernels, each beside its launcher, with PyTorch references for CPU and tests."""

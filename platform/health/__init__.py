@@ -1,0 +1,1 @@
+"""Liveness and readiness: what load balancers and Kubernetes probes ask."""

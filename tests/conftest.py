@@ -1,0 +1,105 @@
+"""Shared fixtures: real services for integration tests, scratch directories.
+
+A missing service is a skip on a developer's machine and a failure in CI
+(`CI=true`), so a green CI run always means the integration tests ran.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+POSTGRES_HOST = os.environ.get("HYDRANT_TEST_PG_HOST", "127.0.0.1")
+POSTGRES_PORT = int(os.environ.get("HYDRANT_TEST_PG_PORT", "5432"))
+REDIS_HOST = os.environ.get("HYDRANT_TEST_REDIS_HOST", "127.0.0.1")
+REDIS_PORT = int(os.environ.get("HYDRANT_TEST_REDIS_PORT", "6379"))
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Skip locally, fail in CI, when a service the test needs is down."""
+    if _reachable(host, port):
+        return
+    message = f"{name} is not reachable at {host}:{port}"
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        pytest.fail(f"{message} (CI=true: a missing service is a failure)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """Base URL of the real PostgreSQL server (trust auth), without a database name."""
+    require_service("PostgreSQL", POSTGRES_HOST, POSTGRES_PORT)
+    return f"postgresql+asyncpg://postgres@{POSTGRES_HOST}:{POSTGRES_PORT}"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the real Redis server; tests use their own key prefixes or databases."""
+    require_service("Redis", REDIS_HOST, REDIS_PORT)
+    return f"redis://{REDIS_HOST}:{REDIS_PORT}/0"
+
+
+@pytest.fixture()
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    """A fresh data directory for one test."""
+    path = tmp_path / "data"
+    path.mkdir()
+    yield path
+
+
+@pytest.fixture()
+def fresh_postgres_url(postgres_server: str) -> Iterator[str]:
+    """An empty PostgreSQL database of its own, dropped after the test."""
+    import asyncio
+    import secrets
+
+    import asyncpg
+
+    name = f"hydrant_t_{secrets.token_hex(6)}"
+    admin_dsn = postgres_server.replace("postgresql+asyncpg", "postgresql") + "/postgres"
+
+    async def _admin(sql: str) -> None:
+        connection = await asyncpg.connect(admin_dsn)
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"{postgres_server}/{name}"
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture()
+def fresh_sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'hydrant.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def empty_database_url(request: pytest.FixtureRequest) -> str:
+    """An empty database on each backend: the embedded SQLite and the real PostgreSQL."""
+    fixture = "fresh_sqlite_url" if request.param == "sqlite" else "fresh_postgres_url"
+    return str(request.getfixturevalue(fixture))
+
+
+@pytest.fixture()
+def database_url(empty_database_url: str) -> str:
+    """A database on each backend with the schema built by running the migrations."""
+    from hydrant.platform.db import migrate
+
+    migrate.upgrade(empty_database_url)
+    return empty_database_url

@@ -1,0 +1,1 @@
+"""Server-rendered admin and tenant pages, served by the gateway under `/ui`."""
