@@ -11,6 +11,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal, get_args, get_type_hints
 
@@ -55,10 +56,20 @@ class Settings:
     admin_bootstrap_key: str | None = None
     secret_key: str | None = None
     key_env: Literal["live", "test"] = "live"
+    key_cache_ttl_s: float = 5.0
     auto_migrate: bool = True
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     kv_cache_bytes: int = 256 * 1024 * 1024
+    max_request_body_bytes: int = 4 * 1024 * 1024
+    default_max_tokens: int = 256
+    price_input_per_mtok: Decimal = Decimal("0.10")
+    price_cached_input_per_mtok: Decimal = Decimal("0.05")
+    price_output_per_mtok: Decimal = Decimal("0.40")
+    device_price_per_hour: Decimal = Decimal("1.00")
+    long_lane_slots: int = 2
+    long_lane_queue: int = 64
+    spool_max_bytes: int = 256 * 1024 * 1024
     redis_failure_mode: FailureMode = "closed"
     log_level: str = "INFO"
     log_format: LogFormat = "json"
@@ -120,6 +131,13 @@ def _coerce(name: str, raw: Any) -> Any:
             raise ValueError("expected true or false")
         if kind is int:
             return int(raw)
+        if kind is Decimal:
+            if isinstance(raw, float):
+                raise ValueError("money must be written as a string, not a float")
+            value = Decimal(str(raw))
+            if not value.is_finite() or value < 0:
+                raise ValueError("expected a non-negative decimal number")
+            return value
         if kind in (Path, Path | None):
             return Path(str(raw)).expanduser() if str(raw) != "" else None
         choices = get_args(kind)
@@ -128,7 +146,7 @@ def _coerce(name: str, raw: Any) -> Any:
                 raise ValueError(f"expected one of {', '.join(choices)}")
             return str(raw)
         return None if raw == "" and "None" in str(kind) else str(raw)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, InvalidOperation) as exc:
         raise ConfigurationError(f"setting {name} ({ENV_PREFIX}{name.upper()}): {exc}") from exc
 
 
@@ -154,7 +172,11 @@ def load_settings(
         raw = env.get(ENV_PREFIX + name.upper())
         if raw is not None:
             values[name] = _coerce(name, raw)
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    for name, value in overrides.items():
+        if name not in _FIELD_TYPES:
+            raise ConfigurationError(f"unknown setting {name!r}")
+        if value is not None:
+            values[name] = _coerce(name, value) if isinstance(value, str) else value
     settings = replace(Settings(), **values)
     if not 0 < settings.port < 65536:
         raise ConfigurationError(f"port {settings.port} is out of range 1-65535")

@@ -44,6 +44,9 @@ def serve(
 
     from hydrant.platform.app import create_app
     from hydrant.platform.db import migrate
+    from hydrant.platform.db.session import Database
+    from hydrant.platform.gateway import Gateway
+    from hydrant.runtime import load_embedded_engines
 
     models = tuple(ModelSpec.parse(spec) for spec in model_specs) or None
     settings = cli.settings(host=host, port=port, models=models)
@@ -51,6 +54,10 @@ def serve(
     prepare_embedded(settings)
     if settings.auto_migrate:
         migrate.upgrade(settings.effective_database_url)
-    app = create_app(settings)
+    engines = load_embedded_engines(settings)
+    database = Database(settings.effective_database_url)
+    gateway = Gateway.build(settings, database, engines.registry)
+    app = create_app(settings, database=database, gateway=gateway)
+    app.on_shutdown.append(engines.shutdown)
     log.info("listening", extra={"host": settings.host, "port": settings.port})
     uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False)

@@ -1,4 +1,4 @@
-"""The first tables: tenants, API keys, model deployments, prices and the ledger.
+"""The first tables: plans, tenants, API keys, model deployments, prices and the ledger.
 
 Later domains add their tables in their own modules against the same
 `Base`; migrations are the only way a schema changes (tests check drift).
@@ -10,16 +10,78 @@ from datetime import datetime
 from decimal import Decimal
 
 from sqlalchemy import (
+    JSON,
+    BigInteger,
     CheckConstraint,
     ForeignKey,
     Index,
     Integer,
+    Numeric,
     String,
     UniqueConstraint,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hydrant.platform.db.base import MONEY, PRICE, SECONDS, Base, UTCDateTime, new_id, utcnow
+
+# The plan every tenant gets unless told otherwise; the 0002 migration inserts it.
+DEFAULT_PLAN_ID = "pln_default"
+DEFAULT_PLAN_NAME = "default"
+WEIGHT = Numeric(10, 4, asdecimal=True)
+
+
+class Plan(Base):
+    """What a tenant may do: length tiers, rate limits, budgets, fair share, models.
+
+    Tier defaults are the field's (< 512 tokens free-flowing, 512-2048 at most
+    10 requests/s per key, longer queued and dropped after 30 s, prompts over
+    8192 tokens refused). Every limit and budget column is nullable: NULL means
+    unlimited, so a plan states only what it restricts.
+    """
+
+    __tablename__ = "plans"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("pln"))
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    free_below_tokens: Mapped[int] = mapped_column(Integer, default=512)
+    limited_up_to_tokens: Mapped[int] = mapped_column(Integer, default=2048)
+    limited_requests_per_s: Mapped[int] = mapped_column(Integer, default=10)
+    long_queue_timeout_s: Mapped[int] = mapped_column(Integer, default=30)
+    max_prompt_tokens: Mapped[int] = mapped_column(Integer, default=8192)
+    requests_per_minute: Mapped[int | None] = mapped_column(Integer)
+    tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger)
+    max_concurrent_requests: Mapped[int | None] = mapped_column(Integer)
+    tokens_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    tokens_per_month: Mapped[int | None] = mapped_column(BigInteger)
+    spend_per_day: Mapped[Decimal | None] = mapped_column(MONEY)
+    spend_per_month: Mapped[Decimal | None] = mapped_column(MONEY)
+    fair_share_weight: Mapped[Decimal] = mapped_column(WEIGHT, default=Decimal(1))
+    allowed_models: Mapped[list[str] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+
+    __table_args__ = (
+        CheckConstraint(
+            "free_below_tokens > 0 AND limited_up_to_tokens >= free_below_tokens"
+            " AND limited_requests_per_s > 0 AND long_queue_timeout_s > 0"
+            " AND max_prompt_tokens > 0",
+            name="tiers",
+        ),
+        CheckConstraint(
+            "(requests_per_minute IS NULL OR requests_per_minute >= 0)"
+            " AND (tokens_per_minute IS NULL OR tokens_per_minute >= 0)"
+            " AND (max_concurrent_requests IS NULL OR max_concurrent_requests >= 0)",
+            name="limits",
+        ),
+        CheckConstraint(
+            "(tokens_per_day IS NULL OR tokens_per_day >= 0)"
+            " AND (tokens_per_month IS NULL OR tokens_per_month >= 0)"
+            " AND (spend_per_day IS NULL OR spend_per_day >= 0)"
+            " AND (spend_per_month IS NULL OR spend_per_month >= 0)",
+            name="budgets",
+        ),
+        CheckConstraint("fair_share_weight > 0", name="weight"),
+    )
 
 
 class Tenant(Base):
@@ -30,6 +92,14 @@ class Tenant(Base):
     status: Mapped[str] = mapped_column(String(16), default="active")
     contact_email: Mapped[str | None] = mapped_column(String(320))
     timezone: Mapped[str] = mapped_column(String(64), default="UTC")
+    # Nullable only because SQLite cannot add a NOT NULL foreign key column without
+    # rebuilding `tenants`, and that rebuild would cascade-delete every API key. The
+    # migration fills it and the service always sets it; NULL reads as the default plan.
+    # No ON DELETE clause (NO ACTION: a plan in use cannot be deleted) because SQLite
+    # does not reflect the options of the column-level REFERENCES the migration adds.
+    plan_id: Mapped[str | None] = mapped_column(
+        ForeignKey("plans.id"), index=True, default=DEFAULT_PLAN_ID
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
@@ -53,6 +123,8 @@ class ApiKey(Base):
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Set on the old key when it is rotated: it keeps working until then, then stops.
+    grace_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
     rotated_from_id: Mapped[str | None] = mapped_column(
         ForeignKey("api_keys.id", ondelete="SET NULL")
     )

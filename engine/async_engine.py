@@ -1,0 +1,193 @@
+"""The asyncio front of the engine: `generate()` streams, a background task steps.
+
+`LLMEngine.step()` blocks for the length of a forward, so it runs on one
+dedicated worker thread (always the same one: torch state and the engine stay
+single-threaded) while the event loop keeps serving HTTP. New requests and
+aborts are queued by the loop and applied between steps, on the loop thread,
+while no step runs; so the engine is never touched by two threads at once,
+and `generate()` still raises a bad request's error at once, because the
+validation it runs is read-only.
+
+A consumer that stops iterating (a client that disconnected) aborts its
+request, so its blocks are freed at the next step boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from hydrant.engine.errors import EngineError, InvalidRequestError
+from hydrant.engine.llm_engine import LLMEngine
+from hydrant.engine.outputs import RequestOutput
+from hydrant.engine.protocol import EngineStats
+from hydrant.engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineShutdownError(EngineError):
+    """The engine was shut down while (or before) the request ran."""
+
+
+@dataclass(frozen=True)
+class _NewRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    tenant_id: str
+    tenant_weight: float
+    priority: int
+    arrival_time: float
+
+
+_Item = RequestOutput | BaseException
+
+
+class AsyncLLMEngine:
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self._queues: dict[str, asyncio.Queue[_Item]] = {}
+        self._new: list[_NewRequest] = []
+        self._aborts: list[str] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hydrant-engine")
+        self._closed = False
+
+    def start(self) -> None:
+        """Start the stepping task (idempotent; needs a running event loop)."""
+        if self._closed:
+            raise EngineShutdownError("the engine has been shut down")
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="hydrant-engine")
+
+    async def shutdown(self) -> None:
+        """Stop stepping, end every request with "abort", release the worker thread."""
+        self._closed = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        self._new.clear()
+        self._dispatch(self.engine.abort_all("abort"))
+        for queue in self._queues.values():
+            queue.put_nowait(EngineShutdownError("the engine was shut down"))
+        self._executor.shutdown(wait=False)
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    async def generate(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        tenant_id: str = "default",
+        tenant_weight: float = 1.0,
+        priority: int = 0,
+    ) -> AsyncIterator[RequestOutput]:
+        """Yield the request's outputs step by step; the last one has `finished` set."""
+        if self._closed:
+            raise EngineShutdownError("the engine has been shut down")
+        self.engine.validate(prompt_token_ids, params, tenant_weight)
+        if request_id in self._queues:
+            raise InvalidRequestError(f"request id {request_id!r} is already running", None)
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._queues[request_id] = queue
+        self._new.append(
+            _NewRequest(
+                request_id,
+                list(prompt_token_ids),
+                params,
+                tenant_id,
+                tenant_weight,
+                priority,
+                time.time(),
+            )
+        )
+        self.start()
+        self._wakeup.set()
+        finished = False
+        try:
+            while not finished:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            self._queues.pop(request_id, None)
+            if not finished:
+                self._aborts.append(request_id)
+                self._wakeup.set()
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a request; its stream ends with a finish_reason "abort" output."""
+        self._aborts.append(request_id)
+        self._wakeup.set()
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    def _apply_pending(self) -> None:
+        aborts, self._aborts = set(self._aborts), []
+        new, self._new = self._new, []
+        for req in new:
+            if req.request_id in aborts:
+                aborts.discard(req.request_id)
+                continue
+            try:
+                self.engine.add_request(
+                    req.request_id,
+                    req.prompt_token_ids,
+                    req.params,
+                    tenant_id=req.tenant_id,
+                    tenant_weight=req.tenant_weight,
+                    priority=req.priority,
+                    arrival_time=req.arrival_time,
+                )
+            except EngineError as exc:
+                self._put(req.request_id, exc)
+        for request_id in aborts:
+            self.engine.abort(request_id)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            self._apply_pending()
+            if not self.engine.has_unfinished():
+                self._wakeup.clear()
+                if not (self._new or self._aborts or self._closed):
+                    await self._wakeup.wait()
+                continue
+            try:
+                outputs = await loop.run_in_executor(self._executor, self.engine.step)
+            except Exception:
+                logger.exception("engine step failed; ending its requests with an error")
+                outputs = self.engine.abort_all("error")
+            self._dispatch(outputs)
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        for output in outputs:
+            self._put(output.request_id, output)
+
+    def _put(self, request_id: str, item: _Item) -> None:
+        queue = self._queues.get(request_id)
+        if queue is not None:
+            queue.put_nowait(item)
+
+
+@contextlib.asynccontextmanager
+async def running(engine: LLMEngine) -> AsyncIterator[AsyncLLMEngine]:
+    """`async with running(engine) as front:` starts the front and shuts it down after."""
+    front = AsyncLLMEngine(engine)
+    front.start()
+    try:
+        yield front
+    finally:
+        await front.shutdown()

@@ -1,0 +1,138 @@
+"""Paged attention in pure PyTorch, with the signatures of the Triton kernels.
+
+The KV cache of a layer is two tensors `[num_blocks, block_size, Hkv, D]`; a
+sequence owns a list of block ids (its block table), so tokens of one
+sequence are scattered over the pool. These functions gather them back.
+
+The decode path is vectorized over the batch (one gather of `[B, max_ctx]`
+through the block tables and one masked SDPA), since decodes are most of a
+step's sequences. The prefill path loops over sequences: their query lengths
+differ, and padding them to one length would waste more than the loop costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class AttentionMetadata:
+    """Where a step's tokens live in the paged cache; passed explicitly through the model.
+
+    The step's flattened tokens are ordered decodes first (one token each),
+    then prefill chunks, so each attention path reads one contiguous slice.
+    """
+
+    slot_mapping: torch.Tensor
+    num_decode_tokens: int
+    decode_block_tables: torch.Tensor
+    decode_context_lens: torch.Tensor
+    prefill_block_tables: torch.Tensor
+    prefill_cu_seqlens_q: torch.Tensor
+    prefill_context_lens: torch.Tensor
+
+    @property
+    def num_prefills(self) -> int:
+        return int(self.prefill_context_lens.shape[0])
+
+
+def write_kv(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Scatter the step's K/V [T, Hkv, D] into the cache at their slots (-1 = skip)."""
+    num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    k_flat = k_cache.view(-1, num_kv_heads, head_dim)
+    v_flat = v_cache.view(-1, num_kv_heads, head_dim)
+    k_flat.index_copy_(0, slots, key[keep].to(k_cache.dtype))
+    v_flat.index_copy_(0, slots, value[keep].to(v_cache.dtype))
+
+
+def _gather(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """[B, nblocks] block ids -> [B, nblocks * block_size, Hkv, D] tokens."""
+    blocks = cache.index_select(0, block_table.reshape(-1).long())
+    batch = block_table.shape[0]
+    return blocks.view(batch, -1, cache.shape[2], cache.shape[3])
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One query per sequence [B, H, D] against its whole context (already in the cache)."""
+    batch = q.shape[0]
+    if batch == 0:
+        return q
+    block_size = k_cache.shape[1]
+    max_ctx = int(context_lens.max())
+    num_blocks = -(-max_ctx // block_size)
+    table = block_tables[:, :num_blocks]
+    keys = _gather(k_cache, table).transpose(1, 2)  # [B, Hkv, L, D]
+    values = _gather(v_cache, table).transpose(1, 2)
+    positions = torch.arange(num_blocks * block_size, device=q.device)
+    mask = positions[None, :] < context_lens[:, None].to(positions.dtype)
+    out = F.scaled_dot_product_attention(
+        q.unsqueeze(2),
+        keys.to(q.dtype),
+        values.to(q.dtype),
+        attn_mask=mask[:, None, None, :],
+        scale=scale,
+        enable_gqa=q.shape[1] != keys.shape[1],
+    )
+    return out.squeeze(2)
+
+
+def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of each sequence's last q_len positions over its whole context.
+
+    Earlier context (prefix-cache hits, earlier chunks) is read from the cache
+    like the new tokens, which were written there before this call.
+    """
+    out = torch.empty_like(q)
+    block_size = k_cache.shape[1]
+    starts = cu_seqlens_q.tolist()
+    lens = context_lens.tolist()
+    gqa = q.shape[1] != k_cache.shape[2]
+    for b, ctx in enumerate(lens):
+        q_start, q_end = starts[b], starts[b + 1]
+        q_len = q_end - q_start
+        if q_len == 0:
+            continue
+        num_blocks = -(-ctx // block_size)
+        table = block_tables[b : b + 1, :num_blocks]
+        keys = _gather(k_cache, table)[0, :ctx].transpose(0, 1).to(q.dtype)  # [Hkv, ctx, D]
+        values = _gather(v_cache, table)[0, :ctx].transpose(0, 1).to(q.dtype)
+        query = q[q_start:q_end].transpose(0, 1)  # [H, q_len, D]
+        if q_len == ctx:
+            attn = F.scaled_dot_product_attention(
+                query, keys, values, is_causal=True, scale=scale, enable_gqa=gqa
+            )
+        else:
+            offset = ctx - q_len
+            rows = torch.arange(q_len, device=q.device)[:, None] + offset
+            cols = torch.arange(ctx, device=q.device)[None, :]
+            attn = F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=cols <= rows, scale=scale, enable_gqa=gqa
+            )
+        out[q_start:q_end] = attn.transpose(0, 1)
+    return out

@@ -1,0 +1,172 @@
+"""What a Hugging Face checkpoint is, read from its `config.json`.
+
+Only the Llama family is implemented (Llama 2/3, Qwen2, Mistral share one
+decoder: RMSNorm, RoPE, GQA, SwiGLU); they differ in a few switches (q/k/v
+bias, tied embeddings, RoPE scaling), which this module turns into one typed
+`ModelConfig`. Anything else is refused here, before weights are read.
+
+Both config layouts are accepted: transformers < 5 writes `rope_theta` and
+`rope_scaling` at the top level, transformers >= 5 a `rope_parameters` dict.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hydrant.engine.engine_config import parse_dtype
+from hydrant.engine.errors import ModelLoadError, UnsupportedModelError
+
+SUPPORTED_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"})
+SUPPORTED_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape and switches of one Llama-family checkpoint."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    rope_scaling: dict[str, Any] | None = None
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    checkpoint_dtype: torch.dtype | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    sliding_window: int | None = None
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest context we serve: a sliding window caps it, since we attend fully."""
+        if self.sliding_window is not None:
+            return min(self.max_position_embeddings, self.sliding_window)
+        return self.max_position_embeddings
+
+    @classmethod
+    def from_pretrained(cls, model_dir: Path) -> ModelConfig:
+        """Read `config.json` (and `generation_config.json` for EOS ids) from a directory."""
+        path = Path(model_dir) / "config.json"
+        if not path.is_file():
+            raise ModelLoadError(f"no config.json in {model_dir}")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+        gen_path = Path(model_dir) / "generation_config.json"
+        generation: dict[str, Any] = {}
+        if gen_path.is_file():
+            generation = json.loads(gen_path.read_text(encoding="utf-8"))
+        return cls.from_dict(raw, generation)
+
+    @classmethod
+    def from_dict(
+        cls, raw: Mapping[str, Any], generation: Mapping[str, Any] | None = None
+    ) -> ModelConfig:
+        """Build from the parsed JSON; raises UnsupportedModelError for other families."""
+        architectures = raw.get("architectures") or []
+        supported = [a for a in architectures if a in SUPPORTED_ARCHITECTURES]
+        if not supported:
+            raise UnsupportedModelError(
+                f"unsupported architecture {architectures or '(none given)'}; "
+                f"Hydrant serves {sorted(SUPPORTED_ARCHITECTURES)}"
+            )
+        arch = supported[0]
+        if raw.get("hidden_act", "silu") != "silu":
+            raise UnsupportedModelError(f"hidden_act {raw['hidden_act']!r} is not supported")
+        try:
+            hidden = int(raw["hidden_size"])
+            heads = int(raw["num_attention_heads"])
+            kv_heads = int(raw.get("num_key_value_heads") or heads)
+            config = cls(
+                architecture=arch,
+                vocab_size=int(raw["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(raw["intermediate_size"]),
+                num_hidden_layers=int(raw["num_hidden_layers"]),
+                num_attention_heads=heads,
+                num_key_value_heads=kv_heads,
+                head_dim=int(raw.get("head_dim") or hidden // heads),
+                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+                rope_theta=_rope_theta(raw),
+                max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+                rope_scaling=_rope_scaling(raw),
+                tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+                qkv_bias=arch == "Qwen2ForCausalLM" or bool(raw.get("attention_bias", False)),
+                o_bias=arch == "LlamaForCausalLM" and bool(raw.get("attention_bias", False)),
+                mlp_bias=bool(raw.get("mlp_bias", False)),
+                checkpoint_dtype=parse_dtype(raw.get("dtype") or raw.get("torch_dtype")),
+                bos_token_id=raw.get("bos_token_id"),
+                eos_token_ids=_eos_ids(raw, generation or {}),
+                sliding_window=_sliding_window(arch, raw),
+            )
+        except KeyError as exc:
+            raise ModelLoadError(f"config.json lacks required key {exc.args[0]!r}") from exc
+        if heads % kv_heads != 0:
+            raise ModelLoadError(
+                f"num_attention_heads ({heads}) is not a multiple of "
+                f"num_key_value_heads ({kv_heads})"
+            )
+        return config
+
+
+def _rope_params(raw: Mapping[str, Any]) -> dict[str, Any]:
+    params = raw.get("rope_parameters")
+    if isinstance(params, dict):
+        return dict(params)
+    scaling = raw.get("rope_scaling")
+    return dict(scaling) if isinstance(scaling, dict) else {}
+
+
+def _rope_theta(raw: Mapping[str, Any]) -> float:
+    params = _rope_params(raw)
+    return float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
+
+
+def _rope_scaling(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The scaling dict (without rope_theta), or None for plain RoPE."""
+    params = _rope_params(raw)
+    params.pop("rope_theta", None)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise UnsupportedModelError(
+            f"rope type {rope_type!r} is not supported (supported: {sorted(SUPPORTED_ROPE_TYPES)})"
+        )
+    if rope_type == "default":
+        return None
+    params["rope_type"] = rope_type
+    return params
+
+
+def _eos_ids(raw: Mapping[str, Any], generation: Mapping[str, Any]) -> frozenset[int]:
+    """generation_config.json wins: Llama 3 lists its end-of-turn ids only there."""
+    value = generation.get("eos_token_id", raw.get("eos_token_id"))
+    if value is None:
+        return frozenset()
+    if isinstance(value, int):
+        return frozenset({value})
+    return frozenset(int(v) for v in value)
+
+
+def _sliding_window(arch: str, raw: Mapping[str, Any]) -> int | None:
+    window = raw.get("sliding_window")
+    if window is None:
+        return None
+    if arch == "Qwen2ForCausalLM" and not raw.get("use_sliding_window", False):
+        return None
+    return int(window)

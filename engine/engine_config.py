@@ -1,0 +1,102 @@
+"""The engine's operating settings, separate from the model's own config.
+
+`ModelConfig` (config.py) says what the checkpoint *is*; `EngineConfig` says
+how we choose to *run* it: batch limits, KV memory, device. It is a frozen
+value object read once and passed in, never read from the environment here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hydrant.engine.errors import EngineError
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+class EngineConfigError(EngineError):
+    """A setting that makes no sense (a zero block size, a fraction above one)."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings of one engine instance.
+
+    The lane budgets implement length tiering: requests whose prompt has at
+    least `long_prompt_threshold` tokens draw on `long_lane_tokens` per step,
+    the others on `short_lane_tokens`, and both together on
+    `max_num_batched_tokens`, so a long prefill cannot crowd short decodes
+    out of a step.
+
+    `kv_cache_bytes` is the KV budget on CPU (no way to measure "free" memory
+    that other processes will not take); on CUDA the budget is measured after
+    a profiling forward pass and scaled by `gpu_memory_utilization`.
+    `num_gpu_blocks` overrides both (tests use it to force preemption).
+    `dtype="auto"` means the checkpoint's dtype on CUDA and float32 on CPU,
+    where half-precision matmuls are slow or missing.
+    """
+
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    short_lane_tokens: int = 8192
+    long_lane_tokens: int = 2048
+    long_prompt_threshold: int = 512
+    kv_cache_bytes: int = 1 << 30
+    num_gpu_blocks: int | None = None
+    gpu_memory_utilization: float = 0.9
+    dtype: str = "auto"
+    device: str = "cpu"
+    enable_prefix_caching: bool = True
+    prefix_cache_per_tenant: bool = True
+    max_model_len: int | None = None
+    show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        positive = {
+            "block_size": self.block_size,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "short_lane_tokens": self.short_lane_tokens,
+            "long_lane_tokens": self.long_lane_tokens,
+            "long_prompt_threshold": self.long_prompt_threshold,
+            "kv_cache_bytes": self.kv_cache_bytes,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise EngineConfigError(f"EngineConfig.{name} must be >= 1, got {value}")
+        if self.num_gpu_blocks is not None and self.num_gpu_blocks < 1:
+            raise EngineConfigError(f"num_gpu_blocks must be >= 1, got {self.num_gpu_blocks}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise EngineConfigError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.dtype != "auto" and self.dtype not in _DTYPES:
+            raise EngineConfigError(
+                f"dtype must be 'auto' or one of {sorted(_DTYPES)}, got {self.dtype!r}"
+            )
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise EngineConfigError(f"max_model_len must be >= 1, got {self.max_model_len}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise EngineConfigError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+    def torch_dtype(self, checkpoint_dtype: torch.dtype | None) -> torch.dtype:
+        """The dtype to compute in, resolving "auto" against the checkpoint and device."""
+        if self.dtype != "auto":
+            return _DTYPES[self.dtype]
+        if self.device == "cpu" or checkpoint_dtype is None:
+            return torch.float32
+        return checkpoint_dtype
+
+
+def parse_dtype(name: str | None) -> torch.dtype | None:
+    """Map a config.json dtype string ("bfloat16", "torch.float16") to a torch dtype."""
+    if not name:
+        return None
+    return _DTYPES.get(name.removeprefix("torch."))

@@ -1,0 +1,84 @@
+"""The in-process `EngineClient`: the embedded default's engine, behind the gateway's interface.
+
+It converts between the wire structs of `hydrant.engine.protocol` and the
+engine's own objects, the same conversion a worker's HTTP API does, so the
+gateway cannot tell an in-process engine from a remote one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from hydrant.engine.async_engine import AsyncLLMEngine
+from hydrant.engine.outputs import RequestOutput
+from hydrant.engine.protocol import (
+    ChoiceDelta,
+    EngineStats,
+    GenerateChunk,
+    GenerateRequest,
+    RequestUsage,
+    TokenLogprob,
+)
+
+NANOS = 1_000_000_000
+
+
+def to_chunk(output: RequestOutput) -> GenerateChunk:
+    """One engine output → the wire chunk (deltas only, usage on the last)."""
+    choices = []
+    for choice in output.outputs:
+        new = len(choice.new_token_ids)
+        logprobs = None
+        if choice.logprobs is not None:
+            fresh = choice.logprobs[len(choice.logprobs) - new :] if new else []
+            logprobs = [TokenLogprob(e.token_id, e.logprob, list(e.top)) for e in fresh]
+        choices.append(
+            ChoiceDelta(
+                index=choice.index,
+                token_ids=list(choice.new_token_ids),
+                text=choice.new_text,
+                finish_reason=choice.finish_reason,
+                logprobs=logprobs,
+            )
+        )
+    usage = None
+    if output.finished:
+        m = output.metrics
+        usage = RequestUsage(
+            prompt_tokens=m.prompt_tokens,
+            cached_tokens=m.cached_tokens,
+            completion_tokens=m.completion_tokens,
+            device_ns=round(m.device_seconds * NANOS),
+            queue_seconds=_delta(m.arrival_time, m.first_scheduled_time),
+            first_token_seconds=_delta(m.arrival_time, m.first_token_time),
+            e2e_seconds=_delta(m.arrival_time, m.finish_time),
+        )
+    return GenerateChunk(
+        request_id=output.request_id, choices=choices, finished=output.finished, usage=usage
+    )
+
+
+def _delta(start: float, end: float | None) -> float | None:
+    return None if end is None else max(0.0, end - start)
+
+
+class InProcessEngineClient:
+    def __init__(self, engine: AsyncLLMEngine) -> None:
+        self.engine = engine
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        async for output in self.engine.generate(
+            request.request_id,
+            request.prompt_token_ids,
+            request.sampling.to_params(),
+            tenant_id=request.tenant_id,
+            tenant_weight=request.tenant_weight,
+            priority=request.priority,
+        ):
+            yield to_chunk(output)
+
+    async def abort(self, request_id: str) -> None:
+        await self.engine.abort(request_id)
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()

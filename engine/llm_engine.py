@@ -1,0 +1,285 @@
+"""The synchronous engine: add requests, call `step()`, read typed outputs.
+
+A step reads as schedule -> run -> postprocess: the scheduler picks the
+chunks, the model runner computes them in one forward, the sampler picks one
+token for every sequence that reached its end, and the output processor
+applies stop rules. Finished sequences free their blocks in the same step.
+
+Not thread-safe: one thread drives it. The async front (async_engine.py)
+funnels every call onto that thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from hydrant.engine.block_manager import BlockManager
+from hydrant.engine.config import ModelConfig
+from hydrant.engine.engine_config import EngineConfig, EngineConfigError
+from hydrant.engine.errors import InvalidRequestError
+from hydrant.engine.metrics import EngineMetrics
+from hydrant.engine.model_runner import ModelOutput, ModelRunner
+from hydrant.engine.output_processor import OutputProcessor
+from hydrant.engine.outputs import FinishReason, RequestOutput
+from hydrant.engine.protocol import EngineStats
+from hydrant.engine.sampler import Sampler, SamplingRow, make_generator
+from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.scheduler import Scheduler, SchedulerOutput
+from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes, Sequence as Seq
+from hydrant.engine.tokenizer import Tokenizer
+from hydrant.engine.validation import validate_request
+
+logger = logging.getLogger(__name__)
+
+
+class Runner(Protocol):
+    """What the engine needs of a model runner (tests substitute a fake)."""
+
+    num_blocks: int
+    device: torch.device
+
+    def execute(self, out: SchedulerOutput) -> ModelOutput: ...
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        runner: Runner,
+        config: EngineConfig,
+        model_config: ModelConfig,
+        max_model_len: int,
+        tokenizer: Tokenizer | None = None,
+        metrics: EngineMetrics | None = None,
+    ) -> None:
+        self.runner = runner
+        self.config = config
+        self.model_config = model_config
+        self.max_model_len = max_model_len
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        eos = tokenizer.eos_token_ids if tokenizer is not None else model_config.eos_token_ids
+        self.block_manager = BlockManager(
+            runner.num_blocks, config.block_size, config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.sampler = Sampler(eos)
+        self.processor = OutputProcessor(tokenizer, eos, max_model_len)
+        self._requests: dict[str, Request] = {}
+        self._pending: list[RequestOutput] = []  # aborted requests' last outputs
+        self._prefix_seen = (0, 0)
+        self._preemptions_seen = 0
+        self.total_device_seconds = 0.0  # sum of measured step durations
+
+    @classmethod
+    def from_pretrained(
+        cls, model_dir: Path, config: EngineConfig, metrics: EngineMetrics | None = None
+    ) -> LLMEngine:
+        """Load config, weights and (when the directory has one) the tokenizer."""
+        model_dir = Path(model_dir)
+        model_config = ModelConfig.from_pretrained(model_dir)
+        max_model_len = model_config.max_model_len
+        if config.max_model_len is not None:
+            if config.max_model_len > max_model_len:
+                raise EngineConfigError(
+                    f"max_model_len={config.max_model_len} exceeds the model's {max_model_len}"
+                )
+            max_model_len = config.max_model_len
+        tokenizer = None
+        if (model_dir / "tokenizer.json").is_file():
+            tokenizer = Tokenizer.from_pretrained(model_dir)
+        else:
+            logger.warning("no tokenizer.json in %s: outputs carry token ids only", model_dir)
+        runner = ModelRunner.from_pretrained(model_dir, model_config, config, max_model_len)
+        return cls(runner, config, model_config, max_model_len, tokenizer, metrics)
+
+    # ---- requests -----------------------------------------------------------------------
+
+    def validate(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams, tenant_weight: float = 1.0
+    ) -> None:
+        """Read-only checks of add_request; safe to call from another thread."""
+        validate_request(
+            prompt_token_ids,
+            params,
+            vocab_size=self.model_config.vocab_size,
+            max_model_len=self.max_model_len,
+            has_tokenizer=self.tokenizer is not None,
+            tenant_weight=tenant_weight,
+        )
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        tenant_id: str = "default",
+        tenant_weight: float = 1.0,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
+        if request_id in self._requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already running", None)
+        self.validate(prompt_token_ids, params, tenant_weight)
+        prompt = list(prompt_token_ids)
+        lane = LONG_LANE if len(prompt) >= self.config.long_prompt_threshold else SHORT_LANE
+        salt = tenant_id.encode() if self.config.prefix_cache_per_tenant else b""
+        request = Request(
+            request_id=request_id,
+            prompt_token_ids=prompt,
+            params=params,
+            tenant_id=tenant_id,
+            tenant_weight=float(tenant_weight),
+            priority=int(priority),
+            lane=lane,
+            times=RequestTimes(arrival_time if arrival_time is not None else time.time()),
+            cache_salt=b"hydrant-prefix:" + salt,
+        )
+        request.seqs.append(Seq(request, 0, make_generator(params.seed, self.runner.device)))
+        self._requests[request_id] = request
+        self.scheduler.add_request(request)
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request now and free its blocks; its last output comes with the next step."""
+        request = self._requests.pop(request_id, None)
+        if request is not None:
+            self._pending.append(self._finish_request(request, "abort"))
+
+    def abort_all(self, reason: FinishReason = "error") -> list[RequestOutput]:
+        """End every request (after a failed step); returns their final outputs."""
+        outputs, self._pending = self._pending, []
+        for request_id in list(self._requests):
+            outputs.append(self._finish_request(self._requests.pop(request_id), reason))
+        return outputs
+
+    def _finish_request(self, request: Request, reason: FinishReason) -> RequestOutput:
+        for seq in request.seqs:
+            self.scheduler.finish_seq(seq, reason)
+        request.times.finish_time = time.time()
+        output = self.processor.request_output(request)
+        self.processor.drop(request)
+        if self.metrics is not None:
+            self.metrics.observe_finished(output.metrics)
+        return output
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests or self._pending)
+
+    # ---- the step -----------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        outputs, self._pending = self._pending, []
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            self._observe(sched)
+            return outputs
+        started = time.perf_counter()
+        model_out = self.runner.execute(sched)
+        self.scheduler.on_step_done(sched)
+        seqs, logits = self._fork_new_choices(model_out)
+        rows = [
+            SamplingRow(s.request.params, s.prompt_token_ids, s.output_token_ids, s.generator)
+            for s in seqs
+        ]
+        result = self.sampler(logits, rows)
+        duration = time.perf_counter() - started
+        self.total_device_seconds += duration
+        self._charge_device_time(sched, duration)
+        now = time.time()
+        touched: dict[str, Request] = {}
+        for seq, token, logprob in zip(seqs, result.token_ids, result.logprobs, strict=True):
+            request = seq.request
+            if request.times.first_token_time is None:
+                request.times.first_token_time = now
+            reason = self.processor.append_token(seq, token, logprob)
+            if reason is not None:
+                self.scheduler.finish_seq(seq, reason)
+            touched[request.request_id] = request
+        for request in touched.values():
+            if request.finished:
+                request.times.finish_time = now
+            output = self.processor.request_output(request)
+            outputs.append(output)
+            if request.finished:
+                del self._requests[request.request_id]
+                self.processor.drop(request)
+                if self.metrics is not None:
+                    self.metrics.observe_finished(output.metrics)
+        self._observe(sched, num_generated=len(seqs))
+        return outputs
+
+    def _fork_new_choices(self, model_out: ModelOutput) -> tuple[list[Seq], torch.Tensor]:
+        """Split a just-prefilled `n > 1` request into n sequences sharing its blocks."""
+        seqs: list[Seq] = []
+        rows: list[int] = []
+        for i, seq in enumerate(model_out.sample_seqs):
+            seqs.append(seq)
+            rows.append(i)
+            request = seq.request
+            if request.params.n == 1 or request.forked:
+                continue
+            request.forked = True
+            children = []
+            for index in range(1, request.params.n):
+                seed = request.params.seed
+                child = seq.fork(index, make_generator(None if seed is None else seed + index,
+                                                       self.runner.device))
+                self.block_manager.fork(seq, child)
+                children.append(child)
+            request.seqs.extend(children)
+            self.scheduler.add_forked(children)
+            seqs.extend(children)
+            rows.extend([i] * len(children))
+        logits = model_out.logits
+        if len(rows) != logits.shape[0]:
+            logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
+        return seqs, logits
+
+    def _charge_device_time(self, sched: SchedulerOutput, duration: float) -> None:
+        """Split the step's duration over its sequences by the tokens each computed."""
+        total = sched.num_batched_tokens
+        for item in sched.scheduled:
+            item.seq.request.times.device_seconds += duration * item.num_new_tokens / total
+
+    def _observe(self, sched: SchedulerOutput, num_generated: int = 0) -> None:
+        if self.metrics is None:
+            return
+        bm = self.block_manager
+        self.metrics.observe_step(
+            len(self.scheduler.running),
+            len(self.scheduler.waiting),
+            bm.usage,
+            sched.num_batched_tokens,
+        )
+        queries, hits = bm.prefix_queries, bm.prefix_hits
+        if (queries, hits) != self._prefix_seen:
+            self.metrics.record_prefix_cache(
+                queries - self._prefix_seen[0], hits - self._prefix_seen[1]
+            )
+            self._prefix_seen = (queries, hits)
+        if self.scheduler.num_preemptions != self._preemptions_seen:
+            self.metrics.record_preemption(self.scheduler.num_preemptions - self._preemptions_seen)
+            self._preemptions_seen = self.scheduler.num_preemptions
+        prompt_tokens = sum(
+            max(0, min(i.start + i.num_new_tokens, len(i.seq.prompt_token_ids)) - i.start)
+            for i in sched.scheduled
+        )
+        self.metrics.record_tokens(prompt_tokens, num_generated)
+
+    # ---- introspection ------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_usage=bm.usage,
+            num_free_blocks=bm.num_free_blocks,
+            num_total_blocks=bm.num_blocks,
+            prefix_cache_hit_rate=bm.prefix_hits / bm.prefix_queries if bm.prefix_queries else 0.0,
+        )

@@ -1,0 +1,195 @@
+"""Runs one scheduled step as one batched forward over the paged KV cache.
+
+The step's chunks are flattened into one token batch (decodes first, then
+prefill chunks), with the slot of each token in the cache, each sequence's
+block table and context length: the varlen layout of vLLM/FlashAttention.
+Logits are computed only for the last token of each sequence whose chunk
+reaches its end; the engine samples those.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from hydrant.engine.attention import AttentionMetadata
+from hydrant.engine.config import ModelConfig
+from hydrant.engine.engine_config import EngineConfig
+from hydrant.engine.kv_cache import (
+    KVCaches,
+    allocate_kv_caches,
+    check_capacity,
+    copy_blocks,
+    num_blocks_from_budget,
+)
+from hydrant.engine.loader import load_model
+from hydrant.engine.model import LlamaForCausalLM
+from hydrant.engine.scheduler import ScheduledSeq, SchedulerOutput
+from hydrant.engine.sequence import Sequence
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelOutput:
+    """Logits [N, V] float32 for the sequences that need a token, in the same order."""
+
+    logits: torch.Tensor
+    sample_seqs: list[Sequence]
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        model_config: ModelConfig,
+        config: EngineConfig,
+        max_model_len: int,
+        dtype: torch.dtype,
+    ) -> None:
+        self.model = model
+        self.model_config = model_config
+        self.config = config
+        self.max_model_len = max_model_len
+        self.dtype = dtype
+        self.device = torch.device(config.device)
+        self.block_size = config.block_size
+        peak = self._profile_peak_bytes() if self.device.type == "cuda" else None
+        self.num_blocks = num_blocks_from_budget(model_config, config, dtype, peak)
+        check_capacity(self.num_blocks, self.block_size, max_model_len)
+        self.kv_caches: KVCaches = allocate_kv_caches(
+            model_config, self.num_blocks, self.block_size, dtype, config.device
+        )
+        logger.info("KV cache: %d blocks of %d tokens", self.num_blocks, self.block_size)
+
+    @classmethod
+    def from_pretrained(
+        cls, model_dir: Path, model_config: ModelConfig, config: EngineConfig, max_model_len: int
+    ) -> ModelRunner:
+        dtype = config.torch_dtype(model_config.checkpoint_dtype)
+        model = load_model(
+            model_dir, model_config, config.device, dtype, max_model_len, config.show_progress
+        )
+        return cls(model, model_config, config, max_model_len, dtype)
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput) -> ModelOutput:
+        copy_blocks(self.kv_caches, out.block_copies)
+        items = sorted(out.scheduled, key=lambda s: s.num_new_tokens != 1)
+        input_ids, positions, meta, sample_idx, sample_seqs = self._prepare(items)
+        hidden = self.model(input_ids, positions, self.kv_caches, meta)
+        if not sample_seqs:
+            empty = torch.empty(0, self.model_config.vocab_size, device=self.device)
+            return ModelOutput(empty, [])
+        index = torch.tensor(sample_idx, dtype=torch.long, device=self.device)
+        logits = self.model.compute_logits(hidden.index_select(0, index))
+        return ModelOutput(logits, sample_seqs)
+
+    def _prepare(
+        self, items: list[ScheduledSeq]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int], list[Sequence]]:
+        bs = self.block_size
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        sample_idx: list[int] = []
+        sample_seqs: list[Sequence] = []
+        dec_tables: list[list[int]] = []
+        dec_ctx: list[int] = []
+        pre_tables: list[list[int]] = []
+        pre_ctx: list[int] = []
+        cu = [0]
+        for item in items:
+            seq, start, n = item.seq, item.start, item.num_new_tokens
+            end = start + n
+            table = seq.block_table
+            ids.extend(seq.tokens(start, end))
+            pos.extend(range(start, end))
+            p = start
+            while p < end:
+                offset = p % bs
+                take = min(bs - offset, end - p)
+                base = table[p // bs] * bs + offset
+                slots.extend(range(base, base + take))
+                p += take
+            if n == 1:
+                dec_tables.append(table)
+                dec_ctx.append(end)
+            else:
+                pre_tables.append(table)
+                pre_ctx.append(end)
+                cu.append(cu[-1] + n)
+            if end == seq.num_tokens:
+                sample_idx.append(len(ids) - 1)
+                sample_seqs.append(seq)
+        meta = AttentionMetadata(
+            slot_mapping=self._tensor(slots, torch.long),
+            num_decode_tokens=len(dec_ctx),
+            decode_block_tables=self._table(dec_tables, dec_ctx),
+            decode_context_lens=self._tensor(dec_ctx, torch.int32),
+            prefill_block_tables=self._table(pre_tables, pre_ctx),
+            prefill_cu_seqlens_q=self._tensor(cu, torch.int32),
+            prefill_context_lens=self._tensor(pre_ctx, torch.int32),
+        )
+        return (
+            self._tensor(ids, torch.long),
+            self._tensor(pos, torch.long),
+            meta,
+            sample_idx,
+            sample_seqs,
+        )
+
+    def _tensor(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=self.device)
+
+    def _table(self, tables: list[list[int]], ctx: list[int]) -> torch.Tensor:
+        """Block tables cut to the blocks the contexts use, padded with block 0 (masked)."""
+        if not tables:
+            return torch.zeros((0, 1), dtype=torch.int32, device=self.device)
+        width = -(-max(ctx) // self.block_size)
+        rows = [t[:width] + [0] * (width - min(len(t), width)) for t in tables]
+        return self._tensor(rows, torch.int32)  # type: ignore[arg-type]
+
+    def _profile_peak_bytes(self) -> int:
+        """Peak CUDA memory of the largest step, run once on a throwaway KV cache."""
+        tokens = min(self.config.max_num_batched_tokens, self.max_model_len * 8)
+        seq_len = min(self.max_model_len, tokens)
+        num_seqs = max(1, tokens // seq_len)
+        blocks_per_seq = -(-seq_len // self.block_size)
+        caches = allocate_kv_caches(
+            self.model_config, num_seqs * blocks_per_seq, self.block_size, self.dtype,
+            self.config.device,
+        )
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        total = num_seqs * seq_len
+        seq_starts = torch.arange(num_seqs, device=self.device) * blocks_per_seq * self.block_size
+        slots = (seq_starts[:, None] + torch.arange(seq_len, device=self.device)).flatten()
+        tables = torch.arange(num_seqs * blocks_per_seq, dtype=torch.int32, device=self.device)
+        meta = AttentionMetadata(
+            slot_mapping=slots,
+            num_decode_tokens=0,
+            decode_block_tables=torch.zeros((0, 1), dtype=torch.int32, device=self.device),
+            decode_context_lens=torch.zeros(0, dtype=torch.int32, device=self.device),
+            prefill_block_tables=tables.view(num_seqs, blocks_per_seq),
+            prefill_cu_seqlens_q=torch.arange(
+                0, total + 1, seq_len, dtype=torch.int32, device=self.device
+            ),
+            prefill_context_lens=torch.full(
+                (num_seqs,), seq_len, dtype=torch.int32, device=self.device
+            ),
+        )
+        ids = torch.zeros(total, dtype=torch.long, device=self.device)
+        positions = torch.arange(seq_len, device=self.device).repeat(num_seqs)
+        with torch.inference_mode():
+            hidden = self.model(ids, positions, caches, meta)
+            self.model.compute_logits(hidden[-num_seqs:])
+        torch.cuda.synchronize(self.device)
+        peak = int(torch.cuda.max_memory_allocated(self.device))
+        cache_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in caches)
+        del caches, hidden
+        torch.cuda.empty_cache()
+        return peak - cache_bytes

@@ -1,0 +1,64 @@
+"""What `LLMEngine.step()` returns: typed, per request, incremental and cumulative.
+
+Each `CompletionOutput` carries both the whole output so far (`token_ids`,
+`text`) and what is new since the previous step (`new_token_ids`,
+`new_text`), so a streaming front forwards deltas and a non-streaming one
+reads the final object, without either keeping its own state. Text that may
+still turn into a stop string is held back until it cannot, so streamed
+text never has to be taken back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hydrant.engine.sampler import TokenLogprob
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """Counts and times of one request, for billing and latency metrics.
+
+    Times are wall-clock (time.time()). `device_seconds` is this request's
+    share of the device: each step's measured duration split over the
+    sequences in it by the tokens each computed, summed over the request's
+    steps (and its n choices).
+    """
+
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    arrival_time: float
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    finish_time: float | None
+    device_seconds: float
+    num_preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class CompletionOutput:
+    """One of the request's `n` choices."""
+
+    index: int
+    token_ids: list[int]
+    new_token_ids: list[int]
+    text: str
+    new_text: str
+    finish_reason: FinishReason | None
+    logprobs: list[TokenLogprob] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str
+    outputs: list[CompletionOutput]
+    finished: bool
+    metrics: RequestMetrics

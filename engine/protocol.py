@@ -1,0 +1,109 @@
+"""What the gateway and an engine say to each other: plain data, no torch.
+
+The same structs travel msgspec-encoded over a worker's internal HTTP API and
+are passed as objects to the in-process engine on the embedded default, so the
+platform talks to both through one `EngineClient` interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol
+
+import msgspec
+
+from hydrant.engine.sampling_params import SamplingParams
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+class Sampling(msgspec.Struct, frozen=True, kw_only=True):
+    """The wire form of `SamplingParams` (same fields, same defaults)."""
+
+    n: int = 1
+    max_tokens: int = 16
+    min_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    include_stop_str_in_output: bool = False
+
+    def to_params(self) -> SamplingParams:
+        return SamplingParams(**{f: getattr(self, f) for f in self.__struct_fields__})
+
+
+class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: Sampling
+    tenant_id: str = "default"
+    tenant_weight: float = 1.0
+    priority: int = 0
+
+
+class TokenLogprob(msgspec.Struct, frozen=True):
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+class ChoiceDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """What one of the `n` choices produced since the previous chunk."""
+
+    index: int
+    token_ids: list[int]
+    text: str
+    finish_reason: FinishReason | None = None
+    logprobs: list[TokenLogprob] | None = None
+
+
+class RequestUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """Exact counts for billing, and the engine's measured share of device time."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    device_ns: int
+    queue_seconds: float | None = None
+    first_token_seconds: float | None = None
+    e2e_seconds: float | None = None
+
+
+class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True):
+    """One step's output for a request; the last one has `finished` and `usage` set."""
+
+    request_id: str
+    choices: list[ChoiceDelta]
+    finished: bool = False
+    usage: RequestUsage | None = None
+    error: str | None = None
+
+
+class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    num_free_blocks: int
+    num_total_blocks: int
+    prefix_cache_hit_rate: float
+
+
+class EngineClient(Protocol):
+    """One model's engine as the gateway sees it, in this process or behind HTTP."""
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        """Stream chunks (an async generator); `InvalidRequestError` comes before the first."""
+        ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    def stats(self) -> EngineStats: ...

@@ -1,0 +1,183 @@
+"""Iteration-level scheduling: which sequences compute how many tokens this step.
+
+Every step the scheduler first continues the running sequences (decodes
+before prefill chunks), then admits waiting ones while the token budget, the
+sequence limit and the KV pool allow. A prompt larger than what is left of
+the budget is prefilled in chunks over several steps, mixed with decodes.
+
+Order everywhere is (priority, tenant's virtual token counter, arrival):
+urgent requests first, then the least-served tenant. When a running
+sequence needs a block and none is free, the sequence last in that order is
+preempted (its blocks freed, to be recomputed later), possibly the one asking.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hydrant.engine.block_manager import BlockManager
+from hydrant.engine.engine_config import EngineConfig
+from hydrant.engine.fairness import VirtualTokenCounter
+from hydrant.engine.sequence import LONG_LANE, Request, Sequence, SequenceStatus
+from hydrant.engine.token_budget import TokenBudget
+
+
+@dataclass
+class ScheduledSeq:
+    """A sequence computing `num_new_tokens` tokens from `start` in this step."""
+
+    seq: Sequence
+    start: int
+    num_new_tokens: int
+
+    @property
+    def completes(self) -> bool:
+        """Whether this chunk reaches the end of the sequence, so a token is sampled."""
+        return self.start + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+        self.config = config
+        self.block_manager = block_manager
+        self.fairness = VirtualTokenCounter()
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+        self._watermark = max(1, block_manager.num_blocks // 100)
+
+    # ---- bookkeeping --------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        self.fairness.arrive(request.tenant_id)
+        self.waiting.extend(request.seqs)
+
+    def add_forked(self, children: Iterable[Sequence]) -> None:
+        self.running.extend(children)
+
+    def finish_seq(self, seq: Sequence, reason: str) -> None:
+        """Mark finished and free its blocks at once; departs the tenant with the request."""
+        if seq.status is SequenceStatus.FINISHED:
+            return
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self.block_manager.free(seq)
+        if seq.request.finished:
+            self.fairness.depart(seq.request.tenant_id)
+
+    def abort_request(self, request: Request) -> None:
+        for seq in request.seqs:
+            self.finish_seq(seq, "abort")
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _key(self, seq: Sequence) -> tuple[int, float, float, int]:
+        req = seq.request
+        return (
+            req.priority,
+            self.fairness.counter(req.tenant_id),
+            req.times.arrival_time,
+            seq.seq_id,
+        )
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.reset_for_recompute()
+        self.waiting.append(seq)
+        self.num_preemptions += 1
+        seq.request.num_preemptions += 1
+        out.preempted.append(seq)
+
+    # ---- the step -----------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        long_demand = sum(
+            s.num_uncomputed for s in (*self.running, *self.waiting) if s.lane == LONG_LANE
+        )
+        budget = TokenBudget(self.config, long_demand)
+        self._schedule_running(budget, out)
+        if not out.preempted:
+            self._schedule_waiting(budget, out)
+        out.block_copies = self.block_manager.pop_copies()
+        for item in out.scheduled:
+            req = item.seq.request
+            self.fairness.charge(req.tenant_id, item.num_new_tokens, req.tenant_weight)
+        return out
+
+    def _schedule_running(self, budget: TokenBudget, out: SchedulerOutput) -> None:
+        pending = sorted(self.running, key=lambda s: (s.num_uncomputed > 1, self._key(s)))
+        pending.reverse()  # pop() from the end takes the most deserving first
+        while pending:
+            seq = pending.pop()
+            wanted = budget.grant(seq.lane, seq.num_uncomputed)
+            if wanted == 0:
+                continue
+            start = seq.num_computed_tokens
+            while not self.block_manager.allocate_slots(seq, wanted):
+                victim = max(pending, key=self._key) if pending else seq
+                if victim is seq:
+                    budget.refund(seq.lane, wanted)
+                    self._preempt(seq, out)
+                    break
+                pending.remove(victim)
+                self._preempt(victim, out)
+            else:
+                out.scheduled.append(ScheduledSeq(seq, start, wanted))
+
+    def _schedule_waiting(self, budget: TokenBudget, out: SchedulerOutput) -> None:
+        admitted: list[Sequence] = []
+        for seq in sorted(self.waiting, key=self._key):
+            if len(self.running) + len(admitted) >= self.config.max_num_seqs:
+                break
+            if budget.lane_left(seq.lane) == 0:
+                continue
+            cached = self.block_manager.find_cached_prefix(seq)
+            remaining = seq.num_tokens - len(cached) * self.block_manager.block_size
+            wanted = budget.grant(seq.lane, remaining)
+            if wanted == 0:
+                continue
+            if not self.block_manager.allocate_slots(seq, wanted, cached, self._watermark):
+                budget.refund(seq.lane, wanted)
+                break  # keep the order: a later, smaller request must not jump it forever
+            self.block_manager.record_lookup(seq.num_tokens, seq.num_computed_tokens)
+            req = seq.request
+            if req.times.first_scheduled_time is None:
+                req.times.first_scheduled_time = time.time()
+                req.times.cached_tokens = seq.num_computed_tokens
+            out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, wanted))
+            admitted.append(seq)
+        for seq in admitted:
+            self.waiting.remove(seq)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+
+    def on_step_done(self, out: SchedulerOutput) -> None:
+        """The forward ran: the scheduled tokens now have K/V; offer full blocks to the cache."""
+        for item in out.scheduled:
+            seq = item.seq
+            seq.num_computed_tokens = item.start + item.num_new_tokens
+            self.block_manager.commit_full_blocks(seq)

@@ -1,0 +1,155 @@
+"""Requests and the token sequences they generate.
+
+A `Request` is what a client asked for; each of its `n` choices is a
+`Sequence`, the unit the scheduler and block manager work on. A request
+starts with one sequence; when its prompt has been computed, the engine forks
+it into `n` sequences that share the prompt's KV blocks (copy-on-write), so
+the prompt is computed once however many choices are asked for.
+
+A sequence tracks `num_computed_tokens`: how many of its tokens have their
+K/V in the cache. Prefill, chunked prefill, decode and recompute after
+preemption are then one rule: compute the tokens from `num_computed_tokens`
+to the end. Tokens are kept as the request's prompt (shared, never copied)
+plus the sequence's own outputs.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import itertools
+import struct
+from dataclasses import dataclass, field
+
+import torch
+
+from hydrant.engine.sampling_params import SamplingParams
+
+Lane = str  # "short" or "long"
+SHORT_LANE: Lane = "short"
+LONG_LANE: Lane = "long"
+
+_seq_ids = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class RequestTimes:
+    """Wall-clock times (time.time()) and the device time a request consumed."""
+
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    device_seconds: float = 0.0
+    cached_tokens: int = 0
+
+
+@dataclass(eq=False)
+class Request:
+    """One client request: its prompt, sampling settings, tenant and its sequences."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    tenant_id: str
+    tenant_weight: float
+    priority: int
+    lane: Lane
+    times: RequestTimes
+    cache_salt: bytes
+    seqs: list[Sequence] = field(default_factory=list)
+    forked: bool = False
+    num_preemptions: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return all(seq.status is SequenceStatus.FINISHED for seq in self.seqs)
+
+    def completion_tokens(self) -> int:
+        return sum(len(seq.output_token_ids) for seq in self.seqs)
+
+
+class Sequence:
+    """One choice of a request: its tokens, its KV blocks and where computing stands."""
+
+    def __init__(self, request: Request, index: int, generator: torch.Generator | None) -> None:
+        self.seq_id = next(_seq_ids)
+        self.request = request
+        self.index = index
+        self.prompt_token_ids = request.prompt_token_ids
+        self.output_token_ids: list[int] = []
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []
+        self.block_hashes: list[bytes] = []  # chained hashes of its full blocks, in order
+        self.num_committed_blocks = 0  # full blocks already offered to the prefix cache
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: str | None = None
+        self.generator = generator
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_uncomputed(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def lane(self) -> Lane:
+        return self.request.lane
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        """Token ids [start, end) across the prompt/output boundary, without copying both."""
+        n_prompt = len(self.prompt_token_ids)
+        if end <= n_prompt:
+            return self.prompt_token_ids[start:end]
+        if start >= n_prompt:
+            return self.output_token_ids[start - n_prompt : end - n_prompt]
+        return self.prompt_token_ids[start:] + self.output_token_ids[: end - n_prompt]
+
+    def full_block_hashes(self, block_size: int) -> list[bytes]:
+        """Chained hashes of every full block of the current tokens (extends the memo).
+
+        sha256 over (parent hash, token ids): a prefix-cache hit hands one
+        tenant's K/V to another request, so a forgeable hash would be a leak.
+        """
+        full = self.num_tokens // block_size
+        while len(self.block_hashes) < full:
+            i = len(self.block_hashes)
+            parent = self.block_hashes[-1] if self.block_hashes else self.request.cache_salt
+            ids = self.tokens(i * block_size, (i + 1) * block_size)
+            digest = hashlib.sha256(parent)
+            digest.update(struct.pack(f"<{len(ids)}q", *ids))
+            self.block_hashes.append(digest.digest())
+        return self.block_hashes
+
+    def fork(self, index: int, generator: torch.Generator | None) -> Sequence:
+        """A sibling with the same tokens and computed state; blocks are shared by the caller."""
+        child = Sequence(self.request, index, generator)
+        child.output_token_ids = list(self.output_token_ids)
+        child.num_computed_tokens = self.num_computed_tokens
+        child.block_table = list(self.block_table)
+        child.block_hashes = list(self.block_hashes)
+        child.num_committed_blocks = self.num_committed_blocks
+        child.status = self.status
+        return child
+
+    def reset_for_recompute(self) -> None:
+        """Preemption by recompute: drop all K/V; prompt and outputs are re-prefilled later."""
+        self.num_computed_tokens = 0
+        self.block_table = []
+        self.num_committed_blocks = 0
+        self.status = SequenceStatus.WAITING
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request.request_id}#{self.index}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed_tokens}, {self.status.value})"
+        )
+

@@ -1,0 +1,68 @@
+"""The embedded default's engines: one in-process engine per configured model.
+
+This is the only place outside `hydrant.engine` that builds engines; the
+gateway sees them through `EngineClient` like any remote worker pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from hydrant.platform.models.registry import ModelRegistry, ServedModel
+from hydrant.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EmbeddedEngines:
+    registry: ModelRegistry = field(default_factory=ModelRegistry)
+    engines: list[object] = field(default_factory=list)
+    metric_registries: list[object] = field(default_factory=list)
+
+    async def shutdown(self) -> None:
+        for engine in self.engines:
+            await engine.shutdown()  # type: ignore[attr-defined]
+
+
+def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
+    """Load every served model onto `settings.device` (blocking: call before serving)."""
+    from prometheus_client import CollectorRegistry
+
+    from hydrant.engine.async_engine import AsyncLLMEngine
+    from hydrant.engine.engine_config import EngineConfig
+    from hydrant.engine.inprocess import InProcessEngineClient
+    from hydrant.engine.llm_engine import LLMEngine
+    from hydrant.engine.metrics import EngineMetrics
+
+    loaded = EmbeddedEngines()
+    for spec in settings.served_models():
+        started = time.perf_counter()
+        log.info("loading model", extra={"model": spec.name, "path": str(spec.path)})
+        metrics_registry = CollectorRegistry()
+        config = EngineConfig(
+            device=settings.device, dtype=settings.dtype, kv_cache_bytes=settings.kv_cache_bytes
+        )
+        engine = LLMEngine.from_pretrained(
+            spec.path, config, metrics=EngineMetrics(metrics_registry, model=spec.name)
+        )
+        if engine.tokenizer is None:
+            raise RuntimeError(f"model {spec.name} has no tokenizer.json: it cannot be served")
+        front = AsyncLLMEngine(engine)
+        loaded.engines.append(front)
+        loaded.metric_registries.append(metrics_registry)
+        loaded.registry.add(
+            ServedModel(
+                name=spec.name,
+                tokenizer=engine.tokenizer,
+                client=InProcessEngineClient(front),
+                max_model_len=engine.max_model_len,
+            )
+        )
+        log.info(
+            "model loaded",
+            extra={"model": spec.name, "seconds": round(time.perf_counter() - started, 2)},
+        )
+    return loaded

@@ -1,0 +1,212 @@
+"""Triton kernels: weight-only dequantizing matmuls, W8A16 and W4A16.
+
+`out[M, N] = x[M, K] @ dequant(W)[N, K].T` with 16-bit (or float32)
+activations and int8 / packed-int4 weights. Weights are dequantized in
+registers tile by tile and never exist in float in memory: at decode (M of
+1-8) the matmul is bound by reading weights, so 4-bit weights read 4x fewer
+bytes than float16 ones. Those small-M launches have few output tiles, so K
+is split across programs (`SPLIT_K`) and float32 partials are summed after,
+which fills the GPU without atomics and stays deterministic.
+
+W8A16: per-output-channel scales, applied once to the float32 accumulator.
+W4A16: layout in `hydrant.kernels.int4_layout`. A K tile never straddles a
+quantization group (`BLOCK_K` divides `group_size`), so each tile uses one
+scale and zero point per output column: the kernel accumulates
+`x_even @ (lo - z) + x_odd @ (hi - z)` and scales that by the group's scale
+(low nibbles are even columns of K, high nibbles odd columns).
+
+The block sizes come from `matmul_config`, a heuristic by M; they are not
+autotuned yet (that needs GPU time), and `bench/gpu_kernels.py` measures them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from hydrant.kernels.arguments import check_w4a16, check_w8a16, require
+from hydrant.kernels.triton_support import (
+    check_triton_device,
+    dot_dtype,
+    dot_precision,
+    multiprocessor_count,
+    require_unit_stride,
+)
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    split_k: int
+    num_warps: int
+    num_stages: int
+
+
+def matmul_config(m: int, n: int, k: int, device: torch.device, max_block_k: int) -> MatmulConfig:
+    """Tile shape by M; split K at small M until there are about two programs per SM."""
+    if m <= 16:
+        block_m, block_n, warps, stages = 16, 64, 4, 4
+    elif m <= 64:
+        block_m, block_n, warps, stages = 32, 64, 4, 4
+    else:
+        block_m, block_n, warps, stages = 64, 128, 8, 3
+    block_k = min(128 if m <= 64 else 64, max_block_k)
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    k_steps = triton.cdiv(k, block_k)
+    split_k = 1
+    target = 2 * multiprocessor_count(device)
+    while m <= 64 and tiles * split_k < target and split_k * 2 <= max(1, k_steps // 4):
+        split_k *= 2
+    return MatmulConfig(block_m, block_n, block_k, split_k, warps, stages)
+
+
+@triton.jit
+def _w8a16_kernel(
+    x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+):
+    pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask, n_mask = rm < M, rn < N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(K, k_start + k_per_split)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        k_mask = rk < k_end
+        x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :],
+                    mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        w = tl.load(w_ptr + rn[None, :].to(tl.int64) * stride_wn + rk[:, None],
+                    mask=k_mask[:, None] & n_mask[None, :], other=0)
+        acc += tl.dot(x.to(COMPUTE), w.to(COMPUTE), input_precision=PRECISION)
+    scale = tl.load(scales_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
+    acc = acc * scale[None, :]
+    out = out_ptr + pid_k * M * N + rm[:, None].to(tl.int64) * N + rn[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+@triton.jit
+def _w4a16_kernel(
+    x_ptr, w_ptr, scales_ptr, zeros_ptr, out_ptr, M, N, K, stride_xm, stride_wn,
+    stride_sn, stride_zn, k_per_split, group_size,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+):
+    pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask, n_mask = rm < M, rn < N
+    half = tl.arange(0, BLOCK_K // 2)
+    x_rows = x_ptr + rm[:, None].to(tl.int64) * stride_xm
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(K, k_start + k_per_split)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        byte = k0 // 2 + half
+        b_mask = byte * 2 < k_end
+        x_mask = m_mask[:, None] & b_mask[None, :]
+        x_even = tl.load(x_rows + byte[None, :] * 2, mask=x_mask, other=0.0).to(COMPUTE)
+        x_odd = tl.load(x_rows + byte[None, :] * 2 + 1, mask=x_mask, other=0.0).to(COMPUTE)
+        packed = tl.load(w_ptr + rn[None, :].to(tl.int64) * stride_wn + byte[:, None],
+                         mask=b_mask[:, None] & n_mask[None, :], other=0)
+        group = k0 // group_size
+        scale = tl.load(scales_ptr + rn * stride_sn + group, mask=n_mask, other=0.0)
+        zero = tl.load(zeros_ptr + rn * stride_zn + group, mask=n_mask, other=0).to(tl.float32)
+        lo = ((packed & 0xF).to(tl.float32) - zero[None, :]).to(COMPUTE)
+        hi = ((packed >> 4).to(tl.float32) - zero[None, :]).to(COMPUTE)
+        part = tl.dot(x_even, lo, input_precision=PRECISION)
+        part = tl.dot(x_odd, hi, acc=part, input_precision=PRECISION)
+        acc += part * scale.to(tl.float32)[None, :]
+    out = out_ptr + pid_k * M * N + rm[:, None].to(tl.int64) * N + rn[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+def _output(x: torch.Tensor, n: int, config: MatmulConfig) -> torch.Tensor:
+    """The kernel's target: the result itself, or float32 partials when K is split."""
+    if config.split_k == 1:
+        return torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
+    return torch.empty((config.split_k, x.shape[0], n), dtype=torch.float32, device=x.device)
+
+
+def _finish(target: torch.Tensor, x: torch.Tensor, config: MatmulConfig) -> torch.Tensor:
+    return target if config.split_k == 1 else target.sum(dim=0).to(x.dtype)
+
+
+def _grid(m: int, n: int, config: MatmulConfig) -> tuple[int, int, int]:
+    return (triton.cdiv(m, config.block_m), triton.cdiv(n, config.block_n), config.split_k)
+
+
+def w8a16_matmul(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    *,
+    config: MatmulConfig | None = None,
+) -> torch.Tensor:
+    """`x @ (qweight * scales[:, None]).T`; `config` overrides the tile heuristic (tests)."""
+    check_w8a16(x, qweight, scales)
+    check_triton_device(x.device)
+    require_unit_stride(x, "x")
+    require_unit_stride(qweight, "qweight")
+    require(scales.is_contiguous(), "scales must be contiguous")
+    (m, k), n = x.shape, qweight.shape[0]
+    config = config or matmul_config(m, n, k, x.device, max_block_k=128)
+    target = _output(x, n, config)
+    if m and n:
+        k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+        _w8a16_kernel[_grid(m, n, config)](
+            x, qweight, scales, target, m, n, k, x.stride(0), qweight.stride(0), k_per_split,
+            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+            COMPUTE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype),
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )
+    elif config.split_k > 1:
+        target.zero_()
+    return _finish(target, x, config)
+
+
+def w4a16_matmul(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int = 128,
+    *,
+    config: MatmulConfig | None = None,
+) -> torch.Tensor:
+    """`x @ dequant(qweight, scales, zeros).T`; layout and zero-point rule in `int4_layout`."""
+    check_w4a16(x, qweight, scales, zeros, group_size)
+    check_triton_device(x.device)
+    require_unit_stride(x, "x")
+    for name, tensor in (("qweight", qweight), ("scales", scales), ("zeros", zeros)):
+        require_unit_stride(tensor, name)
+    require(
+        group_size >= 32 and group_size & (group_size - 1) == 0,
+        f"the W4A16 kernel needs a power-of-2 group_size >= 32, got {group_size}",
+    )
+    (m, k), n = x.shape, qweight.shape[0]
+    config = config or matmul_config(m, n, k, x.device, max_block_k=min(128, group_size))
+    require(
+        group_size % config.block_k == 0 and config.block_k >= 32,
+        f"block_k {config.block_k} must be >= 32 and divide group_size {group_size}",
+    )
+    target = _output(x, n, config)
+    if m and n:
+        k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+        _w4a16_kernel[_grid(m, n, config)](
+            x, qweight, scales, zeros, target, m, n, k, x.stride(0), qweight.stride(0),
+            scales.stride(0), zeros.stride(0), k_per_split, group_size,
+            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+            COMPUTE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype),
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )
+    elif config.split_k > 1:
+        target.zero_()
+    return _finish(target, x, config)

@@ -1,0 +1,1 @@
+"""Authentication: API keys → `Principal`; guards for inference and admin routes."""

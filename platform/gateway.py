@@ -1,0 +1,120 @@
+"""The gateway's services built from settings, and their start and stop.
+
+Everything the request path needs (price book, quota gate, ledger with its
+spool, the inference service) is made here once per process and handed to
+the app; the model registry comes from outside (in-process engines on the
+embedded default, worker pools otherwise), since the platform never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from hydrant.platform.billing.device import DevicePrice
+from hydrant.platform.billing.pricing import Price
+from hydrant.platform.db.session import Database
+from hydrant.platform.inference.quota_gate import QuotaGate
+from hydrant.platform.inference.service import InferenceService
+from hydrant.platform.ledger.service import DatabaseLedger
+from hydrant.platform.ledger.spool import LedgerSpool
+from hydrant.platform.models.deployments import PriceBook, ensure_deployments
+from hydrant.platform.models.registry import ModelRegistry
+from hydrant.platform.quotas import GuardedQuotaBackend, InMemoryQuotaBackend, QuotaBackend
+from hydrant.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def make_quota_backend(settings: Settings) -> QuotaBackend:
+    """Redis when configured (limits hold across gateway processes), else in this process."""
+    inner: QuotaBackend
+    if settings.redis_url:
+        from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
+
+        inner = RedisQuotaBackend.from_url(settings.redis_url, key_prefix="hydrant:quota")
+    else:
+        inner = InMemoryQuotaBackend()
+    return GuardedQuotaBackend(inner, settings.redis_failure_mode)
+
+
+@dataclass
+class Gateway:
+    settings: Settings
+    database: Database
+    registry: ModelRegistry
+    quota_backend: QuotaBackend
+    prices: PriceBook
+    spool: LedgerSpool
+    ledger: DatabaseLedger
+    gate: QuotaGate
+    inference: InferenceService
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        database: Database,
+        registry: ModelRegistry,
+        quota_backend: QuotaBackend | None = None,
+    ) -> Gateway:
+        backend = quota_backend or make_quota_backend(settings)
+        prices = PriceBook(database)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        spool = LedgerSpool(settings.data_dir / "ledger.spool", max_bytes=settings.spool_max_bytes)
+        ledger = DatabaseLedger(database, spool, DevicePrice(settings.device_price_per_hour))
+        gate = QuotaGate(
+            backend,
+            prices,
+            long_lane_slots=settings.long_lane_slots,
+            long_lane_queue=settings.long_lane_queue,
+        )
+        return cls(
+            settings=settings,
+            database=database,
+            registry=registry,
+            quota_backend=backend,
+            prices=prices,
+            spool=spool,
+            ledger=ledger,
+            gate=gate,
+            inference=InferenceService(gate, ledger),
+        )
+
+    async def start(self) -> None:
+        default = Price(
+            input_per_million=self.settings.price_input_per_mtok,
+            output_per_million=self.settings.price_output_per_mtok,
+            cached_input_per_million=self.settings.price_cached_input_per_mtok,
+        )
+        try:
+            await ensure_deployments(self.database, self.settings.served_models(), default)
+            await self.prices.refresh()
+        except Exception as exc:  # the database may be down at start: serve, spool, retry
+            log.warning("price book not loaded at start", extra={"error": type(exc).__name__})
+        self.prices.start()
+        self._tasks.append(asyncio.create_task(self._replay_loop(), name="spool-replay"))
+
+    async def _replay_loop(self, every_s: float = 5.0) -> None:
+        while True:
+            if self.spool.pending():
+                replayed = await self.ledger.replay_spool()
+                if replayed:
+                    log.info("spooled ledger entries replayed", extra={"entries": replayed})
+            await asyncio.sleep(every_s)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.prices.stop()
+        if self.spool.pending():
+            with contextlib.suppress(Exception):
+                await self.ledger.replay_spool()
+        self.spool.close()
+        await self.quota_backend.aclose()

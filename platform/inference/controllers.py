@@ -1,0 +1,113 @@
+"""Routes of the OpenAI-compatible API; the rules live in params.py and service.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.datastructures import State
+from litestar.response import Response, Stream
+
+from hydrant.platform.auth.principal import Principal
+from hydrant.platform.errors import PermissionDenied
+from hydrant.platform.http.request_id import request_id_for
+from hydrant.platform.inference import render
+from hydrant.platform.inference.accounting import RequestContext
+from hydrant.platform.inference.params import PreparedRequest, prepare_chat, prepare_completion
+from hydrant.platform.inference.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    decode_body,
+)
+from hydrant.platform.inference.service import InferenceService
+from hydrant.platform.models.registry import ModelRegistry, ServedModel
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def _check_model_allowed(principal: Principal, model: str) -> None:
+    allowed = principal.allowed_models
+    if allowed is not None and model not in allowed:
+        raise PermissionDenied(
+            f"your plan does not include the model `{model}`",
+            param="model",
+            code="model_not_allowed",
+        )
+
+
+def _context(
+    request: Request[Any, Any, Any],
+    principal: Principal,
+    model: ServedModel,
+    prepared: PreparedRequest,
+) -> RequestContext:
+    return RequestContext(
+        request_id=request_id_for(request.scope),
+        tenant_id=principal.tenant_id or "admin",
+        api_key_id=principal.key_id,
+        key_prefix=principal.key_prefix,
+        model=model.name,
+        prepared=prepared,
+        tenant_weight=principal.weight,
+        priority=0,
+        plan=principal.plan,
+        max_model_len=model.max_model_len,
+    )
+
+
+class InferenceController(Controller):
+    path = "/v1"
+
+    @get("/models")
+    async def list_models(self, state: State, principal: Principal) -> ModelList:
+        registry: ModelRegistry = state.registry
+        models = [
+            m
+            for m in registry.all()
+            if principal.allowed_models is None or m.name in principal.allowed_models
+        ]
+        return ModelList(data=[ModelCard(id=m.name, created=m.created) for m in models])
+
+    @post("/chat/completions", status_code=200)
+    async def chat_completions(
+        self, request: Request[Any, Any, Any], state: State, principal: Principal
+    ) -> Any:
+        body = decode_body(await request.body(), ChatCompletionRequest)
+        registry: ModelRegistry = state.registry
+        model = registry.get(body.model)
+        _check_model_allowed(principal, model.name)
+        prepared = prepare_chat(body, model, state.settings.default_max_tokens)
+        ctx = _context(request, principal, model, prepared)
+        ctx.priority = body.priority
+        service: InferenceService = state.inference
+        generation = await service.start(ctx, model)
+        if prepared.stream:
+            return Stream(
+                render.chat_stream(generation, model.tokenizer),
+                media_type="text/event-stream",
+                headers=SSE_HEADERS,
+            )
+        return Response(await render.chat_completion(generation, model.tokenizer))
+
+    @post("/completions", status_code=200)
+    async def completions(
+        self, request: Request[Any, Any, Any], state: State, principal: Principal
+    ) -> Any:
+        body = decode_body(await request.body(), CompletionRequest)
+        registry: ModelRegistry = state.registry
+        model = registry.get(body.model)
+        _check_model_allowed(principal, model.name)
+        prepared = prepare_completion(body, model, state.settings.default_max_tokens)
+        ctx = _context(request, principal, model, prepared)
+        ctx.priority = body.priority
+        service: InferenceService = state.inference
+        generation = await service.start(ctx, model)
+        if prepared.stream:
+            return Stream(
+                render.completion_stream(generation, model.tokenizer),
+                media_type="text/event-stream",
+                headers=SSE_HEADERS,
+            )
+        return Response(await render.text_completion(generation, model.tokenizer))

@@ -1,0 +1,96 @@
+"""Bodies of the keys API. A key's secret appears in exactly one response: its creation's."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct
+
+from hydrant.platform.auth.repository import parse_scopes
+from hydrant.platform.db.models import ApiKey
+
+AwareDateTime = Annotated[datetime, Meta(tz=True)]
+KeyStatus = Literal["active", "rotating", "rotated", "expired", "revoked"]
+MAX_GRACE_S = 30 * 24 * 3600
+DEFAULT_GRACE_S = 24 * 3600
+
+
+def key_status(key: ApiKey, now: datetime) -> KeyStatus:
+    """Why a key does or does not authenticate now, in one word."""
+    if key.revoked_at is not None and key.revoked_at <= now:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    if key.grace_until is not None:
+        return "rotating" if now < key.grace_until else "rotated"
+    return "active"
+
+
+class KeyCreate(Struct, kw_only=True, forbid_unknown_fields=True):
+    """`tenant_id` null makes an admin key (scope `admin`, no tenant)."""
+
+    tenant_id: str | None
+    name: Annotated[str, Meta(max_length=200)] = ""
+    expires_at: AwareDateTime | None = None
+
+
+class KeyRotate(Struct, kw_only=True, forbid_unknown_fields=True):
+    """The old key keeps working for `grace_seconds`; the new one expires at `expires_at`."""
+
+    grace_seconds: Annotated[int, Meta(ge=0, le=MAX_GRACE_S)] = DEFAULT_GRACE_S
+    expires_at: AwareDateTime | None = None
+
+
+class KeyView(Struct, kw_only=True):
+    id: str
+    object: Literal["api_key"] = "api_key"
+    name: str
+    prefix: str
+    tenant_id: str | None
+    scopes: list[str]
+    status: KeyStatus
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    grace_until: datetime | None
+    last_used_at: datetime | None
+    rotated_from_id: str | None
+
+    @classmethod
+    def of(cls, key: ApiKey, now: datetime) -> KeyView:
+        return cls(
+            id=key.id,
+            name=key.name,
+            prefix=key.prefix,
+            tenant_id=key.tenant_id,
+            scopes=sorted(parse_scopes(key.scopes)),
+            status=key_status(key, now),
+            created_at=key.created_at,
+            expires_at=key.expires_at,
+            revoked_at=key.revoked_at,
+            grace_until=key.grace_until,
+            last_used_at=key.last_used_at,
+            rotated_from_id=key.rotated_from_id,
+        )
+
+
+class CreatedKey(Struct, kw_only=True):
+    """The new key and, once only, its secret: store it now, it cannot be shown again."""
+
+    object: Literal["api_key.secret"] = "api_key.secret"
+    key: KeyView
+    secret: str
+
+
+class RotatedKey(Struct, kw_only=True):
+    object: Literal["api_key.rotation"] = "api_key.rotation"
+    key: KeyView
+    secret: str
+    previous: KeyView
+
+
+class KeyList(Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[KeyView]
+    has_more: bool

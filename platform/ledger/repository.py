@@ -1,0 +1,61 @@
+"""Ledger queries: insert-if-absent keyed by request id, and the price lookups entries need.
+
+Insert-if-absent (`ON CONFLICT DO NOTHING`) is what makes every write path
+idempotent: the live write, a retry, a spool replay and a second replay of the
+same spool all leave exactly one row per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hydrant.platform.db.models import LedgerEntry, ModelDeployment, Price
+
+
+async def insert_if_absent(session: AsyncSession, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Insert entries whose request id is new; returns how many rows were inserted."""
+    values = [dict(row) for row in rows]
+    if not values:
+        return 0
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    module = postgresql if dialect == "postgresql" else sqlite
+    statement = module.insert(LedgerEntry).values(values)
+    statement = statement.on_conflict_do_nothing(index_elements=["request_id"])
+    result = await session.execute(statement)
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def model_id_for(session: AsyncSession, name: str) -> str | None:
+    return await session.scalar(select(ModelDeployment.id).where(ModelDeployment.name == name))
+
+
+async def ensure_model(session: AsyncSession, name: str, path: str = "") -> str:
+    """The deployment row of `name`, created when missing: an entry never waits on admin work."""
+    model_id = await model_id_for(session, name)
+    if model_id is not None:
+        return model_id
+    deployment = ModelDeployment(name=name, path=path)
+    session.add(deployment)
+    await session.flush()
+    return deployment.id
+
+
+async def price_at(session: AsyncSession, model_id: str, moment: datetime) -> Price | None:
+    """The price version in force at `moment` (the latest one effective at or before it)."""
+    statement = (
+        select(Price)
+        .where(Price.model_id == model_id, Price.effective_from <= moment)
+        .order_by(Price.effective_from.desc())
+        .limit(1)
+    )
+    return await session.scalar(statement)
+
+
+async def count_entries(session: AsyncSession) -> int:
+    return int(await session.scalar(select(func.count()).select_from(LedgerEntry)) or 0)

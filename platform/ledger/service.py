@@ -1,0 +1,134 @@
+"""Write each request's one ledger entry: to the database, or to the spool when it is down.
+
+The entry is priced here at the price version in force when the request
+started, with the engine's measured device-seconds costed at the configured
+device price, so reports can show revenue, cost and margin from one row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_from_ns
+from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
+from hydrant.platform.db.session import Database
+from hydrant.platform.inference.accounting import Outcome, RequestContext
+from hydrant.platform.ledger import repository
+from hydrant.platform.ledger.spool import LedgerSpool
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "the database is not there", as opposed to a bug in the entry.
+UNAVAILABLE = (OperationalError, DBAPIError, OSError, TimeoutError, ConnectionError)
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat()
+
+
+class DatabaseLedger:
+    """`LedgerWriter`: exactly one entry per request id, durable even with the database down."""
+
+    def __init__(self, database: Database, spool: LedgerSpool, device_price: DevicePrice) -> None:
+        self.database = database
+        self.spool = spool
+        self.device_price = device_price
+        self._spooling = False
+
+    async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
+        try:
+            async with self.database.session() as session:
+                entry = await self._entry(session, ctx, outcome)
+                await repository.insert_if_absent(session, [entry])
+            if self._spooling:
+                self._spooling = False
+                log.info("ledger database reachable again")
+        except UNAVAILABLE as exc:
+            if not self._spooling:
+                self._spooling = True
+                log.warning(
+                    "ledger database unreachable: spooling entries",
+                    extra={"error": type(exc).__name__},
+                )
+            await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
+
+    def _spool_entry(self, ctx: RequestContext, outcome: Outcome) -> dict[str, Any]:
+        """What replay needs to build the entry later (pricing happens at replay)."""
+        u = outcome.usage
+        return {
+            "request_id": ctx.request_id,
+            "tenant_id": ctx.tenant_id,
+            "api_key_id": ctx.api_key_id,
+            "model": ctx.model,
+            "status": outcome.status,
+            "input_tokens": u.prompt_tokens,
+            "cached_tokens": u.cached_tokens,
+            "output_tokens": u.completion_tokens,
+            "device_ns": u.device_ns,
+            "started_at": _iso(ctx.started_at),
+            "finished_at": _iso(outcome.finished_at),
+        }
+
+    async def _entry(self, session: Any, ctx: RequestContext, outcome: Outcome) -> dict[str, Any]:
+        return await self.price_entry(session, self._spool_entry(ctx, outcome))
+
+    async def price_entry(self, session: Any, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """Turn a raw entry (live or spooled) into a ledger row, priced when it started."""
+        started_at = datetime.fromisoformat(raw["started_at"])
+        model_id = await repository.ensure_model(session, raw["model"])
+        price_row = await repository.price_at(session, model_id, started_at)
+        usage = TokenUsage(
+            input_tokens=int(raw["input_tokens"]),
+            output_tokens=int(raw["output_tokens"]),
+            cached_input_tokens=int(raw["cached_tokens"]),
+        )
+        charged = Decimal(0)
+        if price_row is not None:
+            charged = charge_for(
+                usage,
+                Price(
+                    input_per_million=price_row.input_per_mtok,
+                    output_per_million=price_row.output_per_mtok,
+                    cached_input_per_million=price_row.cached_input_per_mtok,
+                ),
+            )
+        seconds = seconds_from_ns(int(raw["device_ns"]))
+        return {
+            "request_id": raw["request_id"],
+            "tenant_id": raw["tenant_id"],
+            "api_key_id": raw["api_key_id"],
+            "model_id": model_id,
+            "price_id": price_row.id if price_row is not None else None,
+            "status": raw["status"],
+            "input_tokens": usage.input_tokens,
+            "cached_tokens": usage.cached_input_tokens,
+            "output_tokens": usage.output_tokens,
+            "charged": charged,
+            "device_seconds": seconds,
+            "device_cost": device_cost(seconds, self.device_price),
+            "started_at": started_at,
+            "finished_at": datetime.fromisoformat(raw["finished_at"]),
+        }
+
+    async def replay_spool(self) -> int:
+        """Move spooled entries into the database (idempotent); returns how many were sent."""
+
+        async def sink(raw: dict[str, Any]) -> None:
+            async with self.database.session() as session:
+                entry = await self.price_entry(session, raw)
+                await repository.insert_if_absent(session, [entry])
+
+        result = await self.spool.replay(sink)
+        if result.error is not None:
+            log.warning(
+                "spool replay stopped",
+                extra={"error": type(result.error).__name__, "remaining": result.remaining},
+            )
+        return result.replayed

@@ -1,0 +1,1 @@
+"""The price book: model deployments and their versioned per-million-token prices."""

@@ -1,0 +1,34 @@
+"""The interface every quota store implements: in-memory (embedded) and Redis (production).
+
+Why one protocol with both behind it: the embedded default and production must
+make the same decisions, so both run the same contract test suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from hydrant.platform.quotas.checks import Admission, Check, LimitUsage
+
+
+class QuotaBackend(Protocol):
+    async def admit(self, checks: Sequence[Check]) -> Admission:
+        """Check and consume every limit atomically; raise `QuotaExceeded` consuming nothing."""
+        ...
+
+    async def settle(self, admission: Admission, actual: Mapping[str, int] | None = None) -> None:
+        """Free the slots and settle reservations to the actual amounts (idempotent per object)."""
+        ...
+
+    async def renew(self, admission: Admission) -> bool:
+        """Extend the leases of a long-running request; False if a lease had already expired."""
+        ...
+
+    async def usage(self, check: Check) -> LimitUsage:
+        """How much of the check's limit is taken now (for pages, and for tests)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections the backend owns."""
+        ...

@@ -1,0 +1,116 @@
+"""From a tenant's quota and one request to the checks a backend runs.
+
+Why this lives apart from the backends: which limits apply, how keys are
+named and what is reserved is policy; the backends only count. Every key
+starts with a `{tenant}` hash tag (one Redis Cluster slot per tenant). Money is
+reserved and settled in integer micro-units (`billing.to_micro_units`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from hydrant.platform.billing import require_money, to_micro_units
+from hydrant.platform.quotas.checks import (
+    Admission,
+    BudgetCheck,
+    Check,
+    ConcurrencyCheck,
+    WindowCheck,
+)
+from hydrant.platform.quotas.periods import BudgetPeriod, period_window
+from hydrant.platform.quotas.tiers import TierDecision
+
+KEY_RATE = "key_rate"
+TENANT_RPM = "tenant_rpm"
+TENANT_TPM = "tenant_tpm"
+CONCURRENCY = "concurrency"
+TOKENS_DAY, TOKENS_MONTH = "tokens_day", "tokens_month"
+SPEND_DAY, SPEND_MONTH = "spend_day", "spend_month"
+_TOKEN_CHECKS = (TENANT_TPM, TOKENS_DAY, TOKENS_MONTH)
+_MONEY_CHECKS = (SPEND_DAY, SPEND_MONTH)
+
+
+@dataclass(frozen=True)
+class TenantQuota:
+    """A tenant's limits from its plan; None means unlimited, 0 means nothing allowed."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent: int | None = None
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    spend_per_day: Decimal | None = None
+    spend_per_month: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("spend_per_day", "spend_per_month"):
+            value = getattr(self, name)
+            if value is not None and require_money(value, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+
+
+def _require_id(value: str, name: str) -> str:
+    if not value or any(c.isspace() or c in "{}:" for c in value):
+        raise ValueError(f"{name} must be non-empty, without spaces, braces or colons")
+    return value
+
+
+def build_checks(
+    *,
+    tenant_id: str,
+    key_id: str,
+    tier: TierDecision,
+    quota: TenantQuota,
+    reserve_tokens: int,
+    reserve_money: Decimal,
+    at: datetime,
+    lease_s: float = 900.0,
+) -> tuple[Check, ...]:
+    """The checks for one request, reserving its maximum tokens and cost."""
+    tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
+    _require_id(key_id, "key_id")
+    micros = to_micro_units(reserve_money)
+    checks: list[Check] = []
+    if tier.requests_per_s is not None:
+        key = f"{tag}:key:{key_id}:{tier.tier}"
+        checks.append(WindowCheck(KEY_RATE, key, tier.requests_per_s, 1.0))
+    if quota.requests_per_minute is not None:
+        checks.append(WindowCheck(TENANT_RPM, f"{tag}:rpm", quota.requests_per_minute, 60.0))
+    if quota.tokens_per_minute is not None:
+        checks.append(
+            WindowCheck(TENANT_TPM, f"{tag}:tpm", quota.tokens_per_minute, 60.0, reserve_tokens)
+        )
+    if quota.max_concurrent is not None:
+        checks.append(ConcurrencyCheck(CONCURRENCY, f"{tag}:conc", quota.max_concurrent, lease_s))
+    budgets: list[tuple[str, int | None, int, str, BudgetPeriod]] = [
+        (TOKENS_DAY, quota.tokens_per_day, reserve_tokens, "tokens", BudgetPeriod.DAY),
+        (TOKENS_MONTH, quota.tokens_per_month, reserve_tokens, "tokens", BudgetPeriod.MONTH),
+        (SPEND_DAY, _micros(quota.spend_per_day), micros, "spend", BudgetPeriod.DAY),
+        (SPEND_MONTH, _micros(quota.spend_per_month), micros, "spend", BudgetPeriod.MONTH),
+    ]
+    for name, limit, amount, unit, period in budgets:
+        if limit is None:
+            continue
+        window = period_window(period, at)
+        key = f"{tag}:{unit}:{period}:{window.label}"
+        checks.append(BudgetCheck(name, key, limit, amount, window.end.timestamp(), lease_s))
+    return tuple(checks)
+
+
+def _micros(value: Decimal | None) -> int | None:
+    return None if value is None else to_micro_units(value)
+
+
+def settle_amounts(admission: Admission, *, tokens: int, money: Decimal) -> dict[str, int]:
+    """The `actual` mapping for `QuotaBackend.settle`, for the checks this admission holds."""
+    micros = to_micro_units(money)
+    amounts: dict[str, int] = {}
+    for check in admission.checks:
+        if check.name in _TOKEN_CHECKS:
+            amounts[check.name] = tokens
+        elif check.name in _MONEY_CHECKS:
+            amounts[check.name] = micros
+    return amounts

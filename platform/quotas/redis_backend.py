@@ -1,0 +1,160 @@
+"""The Redis quota store: many gateways share limits through atomic Lua scripts.
+
+Keys are `<prefix>:<check key>:<part>`. Check keys built by `plan.build_checks`
+start with a `{tenant}` hash tag, so all keys of one admission live in one
+Redis Cluster slot and one script may touch them. Every key carries a TTL, so
+abandoned limits disappear on their own. A connection failure or timeout
+becomes `QuotaBackendUnavailable`; what to do then is the guard's decision
+(`guard.GuardedQuotaBackend`), not this class's. A reply lost to a timeout can
+hide a script that ran; a retried admit then holds a little more than it used,
+never less, and leases give it back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, cast
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+
+from hydrant.platform.quotas.checks import (
+    Admission,
+    Check,
+    ConcurrencyCheck,
+    LimitUsage,
+    QuotaBackendUnavailable,
+    QuotaExceeded,
+    Refusal,
+    WindowCheck,
+    resolve_actuals,
+    validate_checks,
+)
+from hydrant.platform.quotas.redis_scripts import ADMIT, RENEW, SETTLE, USAGE
+
+_UNAVAILABLE = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,  # a replica during failover: retry later, like a disconnect
+    OSError,
+)
+
+
+class RedisQuotaBackend:
+    """`QuotaBackend` on Redis; `clock=None` uses the Redis server's clock (production)."""
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        key_prefix: str = "hydrant:quota",
+        clock: Callable[[], float] | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        if not key_prefix or "{" in key_prefix or "}" in key_prefix:
+            raise ValueError("key_prefix must be non-empty and hold no hash-tag braces")
+        self._client = client
+        self._prefix = key_prefix
+        self._clock = clock
+        self._owns_client = owns_client
+        self._admit = client.register_script(ADMIT)
+        self._settle = client.register_script(SETTLE)
+        self._renew = client.register_script(RENEW)
+        self._usage = client.register_script(USAGE)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisQuotaBackend:
+        """A backend with its own connection pool, closed by `aclose`.
+
+        Short timeouts and one quick retry: a quota decision sits in front of every
+        request, and redis-py's default (10 retries) would hold each one for seconds
+        during an outage instead of letting the failure mode decide at once.
+        """
+        client = Redis.from_url(
+            url,
+            socket_timeout=1.0,
+            socket_connect_timeout=1.0,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1), retries=1),
+        )
+        return cls(client, owns_client=True, **kwargs)
+
+    def _keys(self, check: Check) -> list[str]:
+        base = f"{self._prefix}:{check.key}"
+        if isinstance(check, WindowCheck):
+            return [f"{base}:win", f"{base}:wt"]
+        if isinstance(check, ConcurrencyCheck):
+            return [f"{base}:slots"]
+        return [f"{base}:bud", f"{base}:leases"]
+
+    @staticmethod
+    def _params(check: Check, amount: int) -> list[str | int | float]:
+        if isinstance(check, WindowCheck):
+            return ["w", check.limit, check.window_s, amount, 0]
+        if isinstance(check, ConcurrencyCheck):
+            return ["c", check.limit, check.lease_s, 0, check.retry_after_s]
+        return ["b", check.limit, check.lease_s, amount, check.period_end]
+
+    async def _run(
+        self,
+        script: Callable[..., Awaitable[Any]],
+        checks: Sequence[Check],
+        rid: str,
+        amounts: Sequence[int] | None = None,
+    ) -> Any:
+        keys: list[str] = []
+        args: list[str | int | float] = [
+            "" if self._clock is None else repr(self._clock()),
+            rid,
+            len(checks),
+        ]
+        for index, check in enumerate(checks):
+            keys.extend(self._keys(check))
+            amount = amounts[index] if amounts is not None else getattr(check, "amount", 0)
+            args.extend(self._params(check, amount))
+        try:
+            return await script(keys=keys, args=args)
+        except _UNAVAILABLE as exc:
+            raise QuotaBackendUnavailable(f"Redis is unavailable: {type(exc).__name__}") from exc
+
+    async def admit(self, checks: Sequence[Check]) -> Admission:
+        plan = validate_checks(checks)
+        rid = uuid.uuid4().hex
+        reply = cast(list[int], await self._run(self._admit, plan, rid))
+        if int(reply[0]) == 1:
+            return Admission(reservation_id=rid, checks=plan)
+        refusals = []
+        for position in range(1, len(reply), 2):
+            check = plan[int(reply[position]) - 1]
+            retry_ms = int(reply[position + 1])
+            retry = None if retry_ms < 0 else retry_ms / 1000
+            refusals.append(Refusal(check.name, check.kind, check.limit, retry))
+        raise QuotaExceeded(refusals)
+
+    async def settle(self, admission: Admission, actual: Mapping[str, int] | None = None) -> None:
+        amounts = resolve_actuals(admission, actual)
+        if admission.settled or not admission.metered:
+            admission.settled = True
+            return
+        resolved = [-1 if a is None else a for a in amounts]
+        await self._run(self._settle, admission.checks, admission.reservation_id, resolved)
+        admission.settled = True
+
+    async def renew(self, admission: Admission) -> bool:
+        if admission.settled or not admission.metered:
+            return False
+        leased = [c for c in admission.checks if not isinstance(c, WindowCheck)]
+        if not leased:
+            return True
+        lost = await self._run(self._renew, leased, admission.reservation_id)
+        return int(lost) == 0
+
+    async def usage(self, check: Check) -> LimitUsage:
+        used, reserved = await self._run(self._usage, [check], "")
+        return LimitUsage(used=int(used), reserved=int(reserved))
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()

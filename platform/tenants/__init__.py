@@ -1,0 +1,1 @@
+"""Tenants and their plans: who may call, within which limits, budgets and models."""

@@ -1,0 +1,61 @@
+"""A plan as the request path reads it: an immutable snapshot, safe to cache and share.
+
+Why a snapshot and not the ORM row: the auth cache keeps it for a few seconds
+across requests and tasks, and a detached row would lazy-load or go stale in
+surprising ways. Everything is already in the types quotas and billing use
+(`TierPolicy`, ints, Decimal), so the hot path converts nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from hydrant.platform.db.models import Plan
+from hydrant.platform.quotas.tiers import TierPolicy
+
+
+@dataclass(frozen=True)
+class PlanPolicy:
+    """Limits of one plan; every `None` means unlimited (or, for models, all of them)."""
+
+    plan_id: str
+    name: str
+    tiers: TierPolicy
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    max_concurrent_requests: int | None
+    tokens_per_day: int | None
+    tokens_per_month: int | None
+    spend_per_day: Decimal | None
+    spend_per_month: Decimal | None
+    fair_share_weight: Decimal
+    allowed_models: frozenset[str] | None
+
+    @classmethod
+    def from_row(cls, plan: Plan) -> PlanPolicy:
+        return cls(
+            plan_id=plan.id,
+            name=plan.name,
+            tiers=TierPolicy(
+                free_below=plan.free_below_tokens,
+                limited_up_to=plan.limited_up_to_tokens,
+                limited_requests_per_s=plan.limited_requests_per_s,
+                long_queue_timeout_s=float(plan.long_queue_timeout_s),
+                max_prompt_tokens=plan.max_prompt_tokens,
+            ),
+            requests_per_minute=plan.requests_per_minute,
+            tokens_per_minute=plan.tokens_per_minute,
+            max_concurrent_requests=plan.max_concurrent_requests,
+            tokens_per_day=plan.tokens_per_day,
+            tokens_per_month=plan.tokens_per_month,
+            spend_per_day=plan.spend_per_day,
+            spend_per_month=plan.spend_per_month,
+            fair_share_weight=Decimal(plan.fair_share_weight),
+            allowed_models=(
+                frozenset(plan.allowed_models) if plan.allowed_models is not None else None
+            ),
+        )
+
+    def allows_model(self, name: str) -> bool:
+        return self.allowed_models is None or name in self.allowed_models

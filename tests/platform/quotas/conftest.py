@@ -1,0 +1,41 @@
+"""Quota fixtures: a manual clock and the two backends that must behave the same."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from quota_helpers import ManualClock, delete_prefix
+from redis.asyncio import Redis
+
+from hydrant.platform.quotas import InMemoryQuotaBackend, QuotaBackend
+from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
+
+
+@pytest.fixture()
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture()
+def key_prefix() -> str:
+    return f"test:quota:{uuid.uuid4().hex}"
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
+async def backend(
+    request: pytest.FixtureRequest, clock: ManualClock, key_prefix: str
+) -> AsyncIterator[QuotaBackend]:
+    if request.param == "memory":
+        memory = InMemoryQuotaBackend(clock=clock)
+        yield memory
+        await memory.aclose()
+        return
+    redis_url = request.getfixturevalue("redis_url")
+    store = RedisQuotaBackend.from_url(redis_url, key_prefix=key_prefix, clock=clock)
+    yield store
+    cleaner = Redis.from_url(redis_url)
+    await delete_prefix(cleaner, key_prefix)
+    await cleaner.aclose()
+    await store.aclose()

@@ -1,0 +1,221 @@
+"""The contract both quota backends satisfy: the same suite runs on memory and on real Redis."""
+
+from __future__ import annotations
+
+import pytest
+from quota_helpers import ManualClock
+
+from hydrant.platform.quotas import (
+    BudgetCheck,
+    Check,
+    ConcurrencyCheck,
+    LimitKind,
+    LimitUsage,
+    QuotaBackend,
+    QuotaExceeded,
+    WindowCheck,
+)
+
+DAY_END = 1_750_000_000.0 + 3_600.0
+
+
+def rate(
+    limit: int = 3, window: float = 1.0, amount: int = 1, key: str = "{t1}:rps"
+) -> WindowCheck:
+    return WindowCheck("rate", key, limit, window, amount)
+
+
+def budget(amount: int, limit: int = 100, lease: float = 900.0) -> BudgetCheck:
+    return BudgetCheck("budget", "{t1}:tokens:day", limit, amount, DAY_END, lease)
+
+
+async def refused(backend: QuotaBackend, *checks: Check) -> QuotaExceeded:
+    with pytest.raises(QuotaExceeded) as info:
+        await backend.admit(list(checks))
+    return info.value
+
+
+async def test_window_admits_up_to_the_limit_then_says_when(
+    backend: QuotaBackend, clock: ManualClock
+) -> None:
+    for _ in range(3):
+        await backend.admit([rate()])
+        clock.advance(0.1)
+    error = await refused(backend, rate())
+    assert error.refusal.limit_name == "rate"
+    assert error.refusal.kind is LimitKind.RATE
+    assert error.refusal.limit == 3
+    assert error.refusal.retry_after_s == pytest.approx(0.7, abs=0.002)
+    assert error.refusal.retry_after_header == 1
+    clock.advance(0.69)
+    await refused(backend, rate())
+    clock.advance(0.011)  # the first entry is now exactly one window old
+    await backend.admit([rate()])
+    assert await backend.usage(rate()) == LimitUsage(used=3)
+
+
+async def test_window_slides_rather_than_resets(backend: QuotaBackend, clock: ManualClock) -> None:
+    check = rate(limit=2, window=10.0)
+    await backend.admit([check])
+    clock.advance(6)
+    await backend.admit([check])
+    clock.advance(5)  # the first admission has left the window, the second has 5 s to go
+    await backend.admit([check])
+    error = await refused(backend, check)
+    assert error.refusal.retry_after_s == pytest.approx(5.0, abs=0.002)
+
+
+async def test_token_window_is_weighted_and_settles_to_actual(backend: QuotaBackend) -> None:
+    check60, check50 = rate(limit=100, window=60, amount=60), rate(limit=100, window=60, amount=50)
+    first = await backend.admit([check60])
+    error = await refused(backend, check50)
+    assert error.refusal.retry_after_s == pytest.approx(60.0, abs=0.002)
+    await backend.settle(first, {"rate": 20})
+    assert await backend.usage(check60) == LimitUsage(used=20)
+    await backend.admit([check50])
+    assert await backend.usage(check60) == LimitUsage(used=70)
+
+
+async def test_amount_above_the_limit_can_never_pass(backend: QuotaBackend) -> None:
+    error = await refused(backend, rate(limit=10, amount=11), budget(101))
+    assert [r.retry_after_s for r in error.refusals] == [None, None]
+    assert error.refusal.retry_after_header is None
+
+
+async def test_refusal_consumes_nothing_anywhere(backend: QuotaBackend) -> None:
+    window, slots, spend = rate(limit=5), ConcurrencyCheck("slots", "{t1}:c", 5), budget(90)
+    await backend.admit([spend])
+    error = await refused(backend, window, slots, budget(20))
+    assert [r.limit_name for r in error.refusals] == ["budget"]
+    assert await backend.usage(window) == LimitUsage(used=0)
+    assert await backend.usage(slots) == LimitUsage(used=0)
+    assert await backend.usage(spend) == LimitUsage(used=0, reserved=90)
+
+
+async def test_binding_refusal_has_the_longest_wait(
+    backend: QuotaBackend, clock: ManualClock
+) -> None:
+    short, long = rate(limit=1, window=1, key="{t1}:a"), rate(limit=1, window=30, key="{t1}:b")
+    short = WindowCheck("short", short.key, 1, 1.0)
+    long = WindowCheck("long", long.key, 1, 30.0)
+    await backend.admit([short, long])
+    error = await refused(backend, short, long)
+    assert {r.limit_name for r in error.refusals} == {"short", "long"}
+    assert error.refusal.limit_name == "long"
+
+
+async def test_concurrency_slots_are_freed_by_settle(backend: QuotaBackend) -> None:
+    slots = ConcurrencyCheck("slots", "{t1}:c", 2, lease_s=60, retry_after_s=2.0)
+    first = await backend.admit([slots])
+    await backend.admit([slots])
+    error = await refused(backend, slots)
+    assert (error.refusal.kind, error.refusal.retry_after_s) == (LimitKind.CONCURRENCY, 2.0)
+    await backend.settle(first)
+    await backend.admit([slots])
+    assert await backend.usage(slots) == LimitUsage(used=2)
+
+
+async def test_a_crashed_holder_loses_its_slot_at_lease_end(
+    backend: QuotaBackend, clock: ManualClock
+) -> None:
+    slots = ConcurrencyCheck("slots", "{t1}:c", 1, lease_s=10)
+    await backend.admit([slots])  # never settled: its gateway "crashed"
+    clock.advance(9.9)
+    await refused(backend, slots)
+    clock.advance(0.1)
+    await backend.admit([slots])
+
+
+async def test_renew_extends_leases_until_they_expire(
+    backend: QuotaBackend, clock: ManualClock
+) -> None:
+    slots = ConcurrencyCheck("slots", "{t1}:c", 1, lease_s=10)
+    held = await backend.admit([slots, budget(10, lease=10)])
+    clock.advance(8)
+    assert await backend.renew(held) is True
+    clock.advance(8)
+    await refused(backend, slots)
+    assert await backend.usage(budget(0)) == LimitUsage(used=0, reserved=10)
+    clock.advance(3)
+    assert await backend.renew(held) is False
+    assert await backend.usage(budget(0)) == LimitUsage(used=0, reserved=0)
+    await backend.admit([slots])
+
+
+async def test_budget_reserves_the_maximum_then_settles_to_actual(
+    backend: QuotaBackend, clock: ManualClock
+) -> None:
+    a = await backend.admit([budget(40)])
+    b = await backend.admit([budget(40)])
+    error = await refused(backend, budget(40))
+    assert error.refusal.kind is LimitKind.BUDGET
+    assert error.refusal.retry_after_s == 1.0  # only reservations block: they settle soon
+    await backend.settle(a, {"budget": 10})
+    assert await backend.usage(budget(0)) == LimitUsage(used=10, reserved=40)
+    c = await backend.admit([budget(40)])
+    await backend.settle(b, {"budget": 40})
+    await backend.settle(c, {"budget": 45})  # actual may exceed the reservation: it is recorded
+    assert await backend.usage(budget(0)) == LimitUsage(used=95, reserved=0)
+    error = await refused(backend, budget(10))
+    assert error.refusal.retry_after_s == pytest.approx(DAY_END - clock.now, abs=0.002)
+    await backend.admit([budget(5)])
+
+
+async def test_settle_without_actuals_keeps_the_reservation_as_spent(backend: QuotaBackend) -> None:
+    admission = await backend.admit([budget(30), rate(limit=100, amount=7)])
+    await backend.settle(admission)
+    assert await backend.usage(budget(0)) == LimitUsage(used=30, reserved=0)
+    assert await backend.usage(rate()) == LimitUsage(used=7)
+
+
+async def test_an_abandoned_reservation_is_released_at_lease_end(
+    backend: QuotaBackend, clock: ManualClock
+) -> None:
+    await backend.admit([budget(80, lease=30)])
+    await refused(backend, budget(30))
+    clock.advance(30)
+    await backend.admit([budget(30)])
+    assert await backend.usage(budget(0)) == LimitUsage(used=0, reserved=30)
+
+
+async def test_settle_is_once_per_admission(backend: QuotaBackend) -> None:
+    slots = ConcurrencyCheck("slots", "{t1}:c", 3)
+    admission = await backend.admit([budget(20), slots])
+    await backend.settle(admission, {"budget": 5})
+    await backend.settle(admission, {"budget": 5})
+    assert admission.settled
+    assert await backend.usage(budget(0)) == LimitUsage(used=5, reserved=0)
+    assert await backend.usage(slots) == LimitUsage(used=0)
+    assert await backend.renew(admission) is False
+
+
+async def test_settle_refuses_unknown_or_meaningless_amounts(backend: QuotaBackend) -> None:
+    slots = ConcurrencyCheck("slots", "{t1}:c", 3)
+    admission = await backend.admit([budget(20), slots])
+    with pytest.raises(ValueError, match="unknown"):
+        await backend.settle(admission, {"nope": 1})
+    with pytest.raises(ValueError, match="concurrency"):
+        await backend.settle(admission, {"slots": 1})
+    with pytest.raises(ValueError):
+        await backend.settle(admission, {"budget": -1})
+    assert not admission.settled
+
+
+async def test_zero_limit_blocks_and_empty_checks_pass(backend: QuotaBackend) -> None:
+    await refused(backend, rate(limit=0))
+    admission = await backend.admit([])
+    assert admission.checks == ()
+    await backend.settle(admission)
+
+
+async def test_duplicate_names_or_keys_are_refused(backend: QuotaBackend) -> None:
+    with pytest.raises(ValueError, match="names"):
+        await backend.admit([rate(key="{t1}:a"), rate(key="{t1}:b")])
+    with pytest.raises(ValueError, match="keys"):
+        await backend.admit([rate(), WindowCheck("other", "{t1}:rps", 1, 1.0)])
+
+
+async def test_usage_of_an_untouched_limit_is_zero(backend: QuotaBackend) -> None:
+    assert await backend.usage(rate()) == LimitUsage(used=0)
+    assert await backend.usage(budget(1)) == LimitUsage(used=0, reserved=0)
+    assert await backend.usage(ConcurrencyCheck("s", "{t1}:c", 1)) == LimitUsage(used=0)
