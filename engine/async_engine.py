@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from hydrant.engine.errors import EngineError, InvalidRequestError
 from hydrant.engine.llm_engine import LLMEngine
@@ -46,7 +47,7 @@ class _NewRequest:
     arrival_time: float
 
 
-_Item = RequestOutput | BaseException
+_Item: TypeAlias = RequestOutput | BaseException
 
 
 class AsyncLLMEngine:

@@ -33,6 +33,7 @@ class AttentionMetadata:
     prefill_block_tables: torch.Tensor
     prefill_cu_seqlens_q: torch.Tensor
     prefill_context_lens: torch.Tensor
+    prefill_max_q_len: int = 0
 
     @property
     def num_prefills(self) -> int:
@@ -63,6 +64,9 @@ def _gather(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
     return blocks.view(batch, -1, cache.shape[2], cache.shape[3])
 
 
+DECODE_GROUP = 16  # sequences per padded attention call (sorted by context length)
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -71,27 +75,56 @@ def paged_decode_attention(
     context_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """One query per sequence [B, H, D] against its whole context (already in the cache)."""
+    """One query per sequence [B, H, D] against its whole context (already in the cache).
+
+    Contexts are padded to the longest one of a call, so the batch is sorted
+    by context length and attended in groups of DECODE_GROUP: a 30-token
+    sequence then never pays for a 2,000-token neighbour.
+    """
     batch = q.shape[0]
+    if batch <= DECODE_GROUP:
+        return _decode_group(q, k_cache, v_cache, block_tables, context_lens, scale)
+    lens = context_lens.tolist()
+    order = sorted(range(batch), key=lens.__getitem__)
+    out = torch.empty_like(q)
+    for first in range(0, batch, DECODE_GROUP):
+        index = torch.tensor(order[first : first + DECODE_GROUP], device=q.device)
+        out[index] = _decode_group(
+            q[index], k_cache, v_cache, block_tables[index], context_lens[index], scale
+        )
+    return out
+
+
+def _decode_group(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Padded gather + masked SDPA; the G query heads of a KV head ride as G query rows.
+
+    Viewing q as [B, Hkv, G, D] makes GQA a plain attention of G "positions"
+    per KV head (no causal mask: they are one position), so K/V are never
+    repeated per query head.
+    """
+    batch, num_heads, head_dim = q.shape
     if batch == 0:
         return q
-    block_size = k_cache.shape[1]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     max_ctx = int(context_lens.max())
     num_blocks = -(-max_ctx // block_size)
     table = block_tables[:, :num_blocks]
-    keys = _gather(k_cache, table).transpose(1, 2)  # [B, Hkv, L, D]
-    values = _gather(v_cache, table).transpose(1, 2)
+    keys = _gather(k_cache, table).transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
+    values = _gather(v_cache, table).transpose(1, 2).to(q.dtype)
     positions = torch.arange(num_blocks * block_size, device=q.device)
     mask = positions[None, :] < context_lens[:, None].to(positions.dtype)
+    grouped = q.view(batch, num_kv_heads, num_heads // num_kv_heads, head_dim)
     out = F.scaled_dot_product_attention(
-        q.unsqueeze(2),
-        keys.to(q.dtype),
-        values.to(q.dtype),
-        attn_mask=mask[:, None, None, :],
-        scale=scale,
-        enable_gqa=q.shape[1] != keys.shape[1],
+        grouped, keys, values, attn_mask=mask[:, None, None, :], scale=scale
     )
-    return out.squeeze(2)
+    return out.reshape(batch, num_heads, head_dim)
 
 
 def paged_prefill_attention(
@@ -102,6 +135,7 @@ def paged_prefill_attention(
     cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    max_seqlen_q: int | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's last q_len positions over its whole context.
 

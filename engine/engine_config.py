@@ -38,6 +38,8 @@ class EngineConfig:
     that other processes will not take); on CUDA the budget is measured after
     a profiling forward pass and scaled by `gpu_memory_utilization`.
     `num_gpu_blocks` overrides both (tests use it to force preemption).
+    `kernels` picks the op implementations (engine/ops.py): "auto" runs the
+    Triton kernels on CUDA and the engine's torch versions on CPU.
     `dtype="auto"` means the checkpoint's dtype on CUDA and float32 on CPU,
     where half-precision matmuls are slow or missing.
     """
@@ -57,6 +59,7 @@ class EngineConfig:
     prefix_cache_per_tenant: bool = True
     max_model_len: int | None = None
     show_progress: bool = True
+    kernels: str = "auto"
 
     def __post_init__(self) -> None:
         positive = {
@@ -83,6 +86,10 @@ class EngineConfig:
             )
         if self.max_model_len is not None and self.max_model_len < 1:
             raise EngineConfigError(f"max_model_len must be >= 1, got {self.max_model_len}")
+        if self.kernels not in ("auto", "torch", "hydrant"):
+            raise EngineConfigError(
+                f"kernels must be 'auto', 'torch' or 'hydrant', got {self.kernels!r}"
+            )
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise EngineConfigError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
 

@@ -31,7 +31,9 @@ from hydrant.engine.protocol import EngineStats
 from hydrant.engine.sampler import Sampler, SamplingRow, make_generator
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import Scheduler, SchedulerOutput
-from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes, Sequence as Seq
+from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes
+from hydrant.engine.sequence import Sequence as Seq
+from hydrant.engine.step_observer import StepObserver
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.engine.validation import validate_request
 
@@ -72,8 +74,7 @@ class LLMEngine:
         self.processor = OutputProcessor(tokenizer, eos, max_model_len)
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []  # aborted requests' last outputs
-        self._prefix_seen = (0, 0)
-        self._preemptions_seen = 0
+        self._observer = StepObserver(metrics, self.scheduler, self.block_manager)
         self.total_device_seconds = 0.0  # sum of measured step durations
 
     @classmethod
@@ -176,7 +177,7 @@ class LLMEngine:
         outputs, self._pending = self._pending, []
         sched = self.scheduler.schedule()
         if sched.is_empty:
-            self._observe(sched)
+            self._observer.observe(sched)
             return outputs
         started = time.perf_counter()
         model_out = self.runner.execute(sched)
@@ -210,7 +211,7 @@ class LLMEngine:
                 self.processor.drop(request)
                 if self.metrics is not None:
                     self.metrics.observe_finished(output.metrics)
-        self._observe(sched, num_generated=len(seqs))
+        self._observer.observe(sched, num_generated=len(seqs))
         return outputs
 
     def _fork_new_choices(self, model_out: ModelOutput) -> tuple[list[Seq], torch.Tensor]:
@@ -227,8 +228,10 @@ class LLMEngine:
             children = []
             for index in range(1, request.params.n):
                 seed = request.params.seed
-                child = seq.fork(index, make_generator(None if seed is None else seed + index,
-                                                       self.runner.device))
+                child = seq.fork(
+                    index,
+                    make_generator(None if seed is None else seed + index, self.runner.device),
+                )
                 self.block_manager.fork(seq, child)
                 children.append(child)
             request.seqs.extend(children)
@@ -245,31 +248,6 @@ class LLMEngine:
         total = sched.num_batched_tokens
         for item in sched.scheduled:
             item.seq.request.times.device_seconds += duration * item.num_new_tokens / total
-
-    def _observe(self, sched: SchedulerOutput, num_generated: int = 0) -> None:
-        if self.metrics is None:
-            return
-        bm = self.block_manager
-        self.metrics.observe_step(
-            len(self.scheduler.running),
-            len(self.scheduler.waiting),
-            bm.usage,
-            sched.num_batched_tokens,
-        )
-        queries, hits = bm.prefix_queries, bm.prefix_hits
-        if (queries, hits) != self._prefix_seen:
-            self.metrics.record_prefix_cache(
-                queries - self._prefix_seen[0], hits - self._prefix_seen[1]
-            )
-            self._prefix_seen = (queries, hits)
-        if self.scheduler.num_preemptions != self._preemptions_seen:
-            self.metrics.record_preemption(self.scheduler.num_preemptions - self._preemptions_seen)
-            self._preemptions_seen = self.scheduler.num_preemptions
-        prompt_tokens = sum(
-            max(0, min(i.start + i.num_new_tokens, len(i.seq.prompt_token_ids)) - i.start)
-            for i in sched.scheduled
-        )
-        self.metrics.record_tokens(prompt_tokens, num_generated)
 
     # ---- introspection ------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.errors import MissingWeightError, ModelLoadError
 from hydrant.engine.model import LlamaForCausalLM
+from hydrant.engine.ops import TORCH_OPS, KernelOps
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +86,11 @@ def load_model(
     dtype: torch.dtype,
     max_position: int,
     show_progress: bool = True,
+    ops: KernelOps = TORCH_OPS,
 ) -> LlamaForCausalLM:
     """Build on `meta`, fill from the checkpoint by memory map, return in eval mode."""
     with torch.device("meta"):
-        model = LlamaForCausalLM(config)
+        model = LlamaForCausalLM(config, ops)
     expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
     state: dict[str, torch.Tensor] = {}
     pending: dict[str, dict[int, torch.Tensor]] = {}

@@ -18,33 +18,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hydrant.engine.attention import (
-    AttentionMetadata,
-    paged_decode_attention,
-    paged_prefill_attention,
-    write_kv,
-)
+from hydrant.engine.attention import AttentionMetadata
 from hydrant.engine.config import ModelConfig
-from hydrant.engine.layers import build_rope_cache, rms_norm, rotary_embedding, silu_and_mul
+from hydrant.engine.layers import build_rope_cache
+from hydrant.engine.ops import TORCH_OPS, KernelOps
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float) -> None:
+    def __init__(self, hidden_size: int, eps: float, ops: KernelOps) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
+        self.ops = ops
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return rms_norm(x, self.weight, self.eps, residual)
+        return self.ops.rms_norm(x, self.weight, self.eps, residual)
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
         super().__init__()
+        self.ops = ops
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -70,14 +68,14 @@ class Attention(nn.Module):
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        q, k = rotary_embedding(positions, q, k, cos_sin_cache)
+        q, k = self.ops.rotary_embedding(positions, q, k, cos_sin_cache)
         k_cache, v_cache = kv_cache
-        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         n_dec = meta.num_decode_tokens
         parts = []
         if n_dec > 0:
             parts.append(
-                paged_decode_attention(
+                self.ops.paged_decode_attention(
                     q[:n_dec],
                     k_cache,
                     v_cache,
@@ -88,7 +86,7 @@ class Attention(nn.Module):
             )
         if n_dec < num_tokens:
             parts.append(
-                paged_prefill_attention(
+                self.ops.paged_prefill_attention(
                     q[n_dec:],
                     k_cache,
                     v_cache,
@@ -96,6 +94,7 @@ class Attention(nn.Module):
                     meta.prefill_cu_seqlens_q,
                     meta.prefill_context_lens,
                     self.scale,
+                    max_seqlen_q=meta.prefill_max_q_len,
                 )
             )
         out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
@@ -103,23 +102,24 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
         super().__init__()
+        self.ops = ops
         inter = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * inter, bias=config.mlp_bias)
         self.down_proj = nn.Linear(inter, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
         super().__init__()
-        self.self_attn = Attention(config)
-        self.mlp = MLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, ops)
+        self.mlp = MLP(config, ops)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
 
     def forward(
         self,
@@ -137,11 +137,13 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, ops) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
 
 
 class LlamaForCausalLM(nn.Module):
@@ -151,10 +153,11 @@ class LlamaForCausalLM(nn.Module):
     each sequence whose chunk completes it), not for every prefill token.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelOps = TORCH_OPS) -> None:
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config)
+        self.ops = ops
+        self.model = LlamaModel(config, ops)
         self.lm_head: nn.Linear | None = None
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -184,7 +187,9 @@ class LlamaForCausalLM(nn.Module):
         hidden = self.model.embed_tokens(input_ids)
         residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            hidden, residual = layer(positions, hidden, residual, kv_cache, meta, self.cos_sin_cache)
+            hidden, residual = layer(
+                positions, hidden, residual, kv_cache, meta, self.cos_sin_cache
+            )
         hidden, _ = self.model.norm(hidden, residual)
         return hidden
 

@@ -27,6 +27,7 @@ from hydrant.engine.kv_cache import (
 )
 from hydrant.engine.loader import load_model
 from hydrant.engine.model import LlamaForCausalLM
+from hydrant.engine.ops import select_ops
 from hydrant.engine.scheduler import ScheduledSeq, SchedulerOutput
 from hydrant.engine.sequence import Sequence
 
@@ -70,9 +71,11 @@ class ModelRunner:
         cls, model_dir: Path, model_config: ModelConfig, config: EngineConfig, max_model_len: int
     ) -> ModelRunner:
         dtype = config.torch_dtype(model_config.checkpoint_dtype)
+        ops = select_ops(config.kernels, torch.device(config.device))
         model = load_model(
-            model_dir, model_config, config.device, dtype, max_model_len, config.show_progress
+            model_dir, model_config, config.device, dtype, max_model_len, config.show_progress, ops
         )
+        logger.info("model ops: %s", ops.name)
         return cls(model, model_config, config, max_model_len, dtype)
 
     @torch.inference_mode()
@@ -102,6 +105,7 @@ class ModelRunner:
         pre_tables: list[list[int]] = []
         pre_ctx: list[int] = []
         cu = [0]
+        max_q = 0
         for item in items:
             seq, start, n = item.seq, item.start, item.num_new_tokens
             end = start + n
@@ -122,6 +126,7 @@ class ModelRunner:
                 pre_tables.append(table)
                 pre_ctx.append(end)
                 cu.append(cu[-1] + n)
+                max_q = max(max_q, n)
             if end == seq.num_tokens:
                 sample_idx.append(len(ids) - 1)
                 sample_seqs.append(seq)
@@ -133,6 +138,7 @@ class ModelRunner:
             prefill_block_tables=self._table(pre_tables, pre_ctx),
             prefill_cu_seqlens_q=self._tensor(cu, torch.int32),
             prefill_context_lens=self._tensor(pre_ctx, torch.int32),
+            prefill_max_q_len=max_q,
         )
         return (
             self._tensor(ids, torch.long),
@@ -160,7 +166,10 @@ class ModelRunner:
         num_seqs = max(1, tokens // seq_len)
         blocks_per_seq = -(-seq_len // self.block_size)
         caches = allocate_kv_caches(
-            self.model_config, num_seqs * blocks_per_seq, self.block_size, self.dtype,
+            self.model_config,
+            num_seqs * blocks_per_seq,
+            self.block_size,
+            self.dtype,
             self.config.device,
         )
         torch.cuda.empty_cache()
@@ -181,6 +190,7 @@ class ModelRunner:
             prefill_context_lens=torch.full(
                 (num_seqs,), seq_len, dtype=torch.int32, device=self.device
             ),
+            prefill_max_q_len=seq_len,
         )
         ids = torch.zeros(total, dtype=torch.long, device=self.device)
         positions = torch.arange(seq_len, device=self.device).repeat(num_seqs)

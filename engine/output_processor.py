@@ -99,14 +99,13 @@ class OutputProcessor:
         tokens = seq.output_token_ids
         new_tokens = tokens[state.sent_tokens :]
         state.sent_tokens = len(tokens)
-        reason: FinishReason | None = seq.finish_reason  # type: ignore[assignment]
         return CompletionOutput(
             index=seq.index,
             token_ids=list(tokens),
             new_token_ids=new_tokens,
             text=state.text[: state.sent_chars],
             new_text=new_text,
-            finish_reason=reason,
+            finish_reason=seq.finish_reason,
             logprobs=list(state.logprobs) if state.logprobs is not None else None,
         )
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.fairness import VirtualTokenCounter
+from hydrant.engine.outputs import FinishReason
 from hydrant.engine.sequence import LONG_LANE, Request, Sequence, SequenceStatus
 from hydrant.engine.token_budget import TokenBudget
 
@@ -72,7 +73,7 @@ class Scheduler:
     def add_forked(self, children: Iterable[Sequence]) -> None:
         self.running.extend(children)
 
-    def finish_seq(self, seq: Sequence, reason: str) -> None:
+    def finish_seq(self, seq: Sequence, reason: FinishReason) -> None:
         """Mark finished and free its blocks at once; departs the tenant with the request."""
         if seq.status is SequenceStatus.FINISHED:
             return
@@ -160,7 +161,9 @@ class Scheduler:
             wanted = budget.grant(seq.lane, remaining)
             if wanted == 0:
                 continue
-            if not self.block_manager.allocate_slots(seq, wanted, cached, self._watermark):
+            # the watermark keeps room for running decodes; an idle engine needs none
+            reserve = self._watermark if self.running or admitted else 0
+            if not self.block_manager.allocate_slots(seq, wanted, cached, reserve):
                 budget.refund(seq.lane, wanted)
                 break  # keep the order: a later, smaller request must not jump it forever
             self.block_manager.record_lookup(seq.num_tokens, seq.num_computed_tokens)

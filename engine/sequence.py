@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hydrant.engine.outputs import FinishReason
 from hydrant.engine.sampling_params import SamplingParams
 
 Lane = str  # "short" or "long"
@@ -89,7 +90,7 @@ class Sequence:
         self.block_hashes: list[bytes] = []  # chained hashes of its full blocks, in order
         self.num_committed_blocks = 0  # full blocks already offered to the prefix cache
         self.status = SequenceStatus.WAITING
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
         self.generator = generator
 
     @property
@@ -152,4 +153,3 @@ class Sequence:
             f"Sequence({self.request.request_id}#{self.index}, tokens={self.num_tokens}, "
             f"computed={self.num_computed_tokens}, {self.status.value})"
         )
-

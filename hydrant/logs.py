@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 # Broad on purpose: redaction must catch keys of any environment and near-misses
-# (a key with a typo is still a secret); the strict format lives with the keys domain.
+# (a key with a typo or cut short is still a secret); the strict format lives with
+# the keys domain. The public display prefix (`hyd_live_` + 8 characters) stays
+# readable, since logs identify keys by it.
 SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"hyd_[A-Za-z0-9]+_[A-Za-z0-9]{8,}"),
+    re.compile(r"hyd_[A-Za-z0-9]+_[A-Za-z0-9]{12,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"sk-[A-Za-z0-9_-]{16,}"),
     re.compile(

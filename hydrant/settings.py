@@ -131,6 +131,8 @@ def _coerce(name: str, raw: Any) -> Any:
             raise ValueError("expected true or false")
         if kind is int:
             return int(raw)
+        if kind is float:
+            return float(raw)
         if kind is Decimal:
             if isinstance(raw, float):
                 raise ValueError("money must be written as a string, not a float")

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton reads parameter annotations as kernel types, so @triton.jit signatures stay bare.)
 """Triton kernel: SiLU-and-mul, the gated activation of Llama's MLP.
 
 Input rows are `cat(gate, up)` (the fused gate/up projection's output); the
@@ -43,6 +45,11 @@ def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.T
     if rows and inter:
         block = min(BLOCK, triton.next_power_of_2(inter))
         _silu_and_mul_kernel[(rows, triton.cdiv(inter, block))](
-            x2, out, x2.stride(0), inter, BLOCK=block, num_warps=4,
+            x2,
+            out,
+            x2.stride(0),
+            inter,
+            BLOCK=block,
+            num_warps=4,
         )
     return out

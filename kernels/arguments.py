@@ -126,8 +126,13 @@ def check_write_kv(
         f"slot_mapping has {slot_mapping.shape[0]} entries for {key.shape[0]} tokens",
     )
     check_same_device(
-        key=key, value=value, k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping,
-        k_scale=k_scale, v_scale=v_scale,
+        key=key,
+        value=value,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        slot_mapping=slot_mapping,
+        k_scale=k_scale,
+        v_scale=v_scale,
     )
     return quantized
 
@@ -173,8 +178,14 @@ def check_attention(
             f"cu_seqlens_q has {cu_seqlens_q.shape[0]} entries for a batch of {batch}",
         )
     check_same_device(
-        q=q, k_cache=k_cache, v_cache=v_cache, block_tables=block_tables,
-        context_lens=context_lens, cu_seqlens_q=cu_seqlens_q, k_scale=k_scale, v_scale=v_scale,
+        q=q,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        block_tables=block_tables,
+        context_lens=context_lens,
+        cu_seqlens_q=cu_seqlens_q,
+        k_scale=k_scale,
+        v_scale=v_scale,
     )
     return quantized
 

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton reads parameter annotations as kernel types, so @triton.jit signatures stay bare.)
 """Triton kernel: paged attention for decode (one query token per sequence), GQA aware.
 
 A program owns one (sequence, KV head, context split): it loads the KV head's
@@ -43,12 +45,36 @@ NEG_BIG: tl.constexpr = tl.constexpr(-1.0e30)
 
 @triton.jit
 def _decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr, block_tables_ptr, context_lens_ptr,
-    out_ptr, part_acc_ptr, part_stats_ptr,
-    scale_log2, stride_qb, stride_qh, stride_bt, stride_ob, stride_oh,
-    num_heads, num_kv_heads, head_dim, block_size, tokens_per_split, num_splits,
-    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    QUANTIZED: tl.constexpr, SPLIT: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    block_tables_ptr,
+    context_lens_ptr,
+    out_ptr,
+    part_acc_ptr,
+    part_stats_ptr,
+    scale_log2,
+    stride_qb,
+    stride_qh,
+    stride_bt,
+    stride_ob,
+    stride_oh,
+    num_heads,
+    num_kv_heads,
+    head_dim,
+    block_size,
+    tokens_per_split,
+    num_splits,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    QUANTIZED: tl.constexpr,
+    SPLIT: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -64,7 +90,8 @@ def _decode_kernel(
     d_mask = d < head_dim
     q = tl.load(
         q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-        mask=g_mask[:, None] & d_mask[None, :], other=0.0,
+        mask=g_mask[:, None] & d_mask[None, :],
+        other=0.0,
     ).to(COMPUTE)
 
     m_i = tl.full([BLOCK_G], NEG_BIG, tl.float32)
@@ -106,14 +133,23 @@ def _decode_kernel(
         out = acc / safe_l[:, None]
         tl.store(
             out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
-            out.to(out_ptr.dtype.element_ty), mask=out_mask,
+            out.to(out_ptr.dtype.element_ty),
+            mask=out_mask,
         )
 
 
 @triton.jit
 def _combine_kernel(
-    part_acc_ptr, part_stats_ptr, out_ptr, stride_ob, stride_oh, num_heads, head_dim, num_splits,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    part_acc_ptr,
+    part_stats_ptr,
+    out_ptr,
+    stride_ob,
+    stride_oh,
+    num_heads,
+    head_dim,
+    num_splits,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -125,13 +161,17 @@ def _combine_kernel(
     l_s = tl.load(part_stats_ptr + part * 2 + 1, mask=s_mask, other=0.0)
     acc = tl.load(
         part_acc_ptr + part[:, None] * head_dim + d[None, :],
-        mask=s_mask[:, None] & (d[None, :] < head_dim), other=0.0,
+        mask=s_mask[:, None] & (d[None, :] < head_dim),
+        other=0.0,
     )
     weight = tl.exp2(m - tl.max(m, axis=0))
     total = tl.sum(weight * l_s, axis=0)
     out = tl.sum(acc * weight[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
-    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, out.to(out_ptr.dtype.element_ty),
-             mask=d < head_dim)
+    tl.store(
+        out_ptr + b * stride_ob + h * stride_oh + d,
+        out.to(out_ptr.dtype.element_ty),
+        mask=d < head_dim,
+    )
 
 
 def choose_num_splits(batch: int, num_kv_heads: int, capacity: int, device: torch.device) -> int:
@@ -162,8 +202,13 @@ def paged_decode_attention(
     check_triton_device(q.device)
     require_unit_stride(q, "q")
     require_unit_stride(block_tables, "block_tables")
-    for name, tensor in (("k_cache", k_cache), ("v_cache", v_cache), ("k_scale", k_scale),
-                         ("v_scale", v_scale), ("context_lens", context_lens)):
+    for name, tensor in (
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+        ("k_scale", k_scale),
+        ("v_scale", v_scale),
+        ("context_lens", context_lens),
+    ):
         if tensor is not None:
             require_contiguous(tensor, name)
     require(block_n >= 16 and block_n & (block_n - 1) == 0, "block_n must be a power of 2 >= 16")
@@ -181,27 +226,60 @@ def paged_decode_attention(
     group = num_heads // num_kv_heads
     block_d = next_power_of_2(head_dim)
     if splits > 1:
-        part_acc = torch.empty(batch * num_heads * splits * head_dim, dtype=torch.float32,
-                               device=q.device)
-        part_stats = torch.empty(batch * num_heads * splits * 2, dtype=torch.float32,
-                                 device=q.device)
+        part_acc = torch.empty(
+            batch * num_heads * splits * head_dim, dtype=torch.float32, device=q.device
+        )
+        part_stats = torch.empty(
+            batch * num_heads * splits * 2, dtype=torch.float32, device=q.device
+        )
     else:
         part_acc = part_stats = out  # never touched: SPLIT is a constexpr False
     dummy = context_lens
     _decode_kernel[(batch, num_kv_heads, splits)](
-        q, k_cache, v_cache,
-        k_scale if k_scale is not None else dummy, v_scale if v_scale is not None else dummy,
-        block_tables, context_lens, out, part_acc, part_stats,
-        scale * LOG2E, q.stride(0), q.stride(1), block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        num_heads, num_kv_heads, head_dim, block_size, tokens_per_split, splits,
-        GROUP=group, BLOCK_G=max(16, next_power_of_2(group)), BLOCK_N=block_n, BLOCK_D=block_d,
-        QUANTIZED=quantized, SPLIT=splits > 1, COMPUTE=dot_dtype(q.dtype),
-        PRECISION=dot_precision(q.dtype), num_warps=4,
+        q,
+        k_cache,
+        v_cache,
+        k_scale if k_scale is not None else dummy,
+        v_scale if v_scale is not None else dummy,
+        block_tables,
+        context_lens,
+        out,
+        part_acc,
+        part_stats,
+        scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        block_size,
+        tokens_per_split,
+        splits,
+        GROUP=group,
+        BLOCK_G=max(16, next_power_of_2(group)),
+        BLOCK_N=block_n,
+        BLOCK_D=block_d,
+        QUANTIZED=quantized,
+        SPLIT=splits > 1,
+        COMPUTE=dot_dtype(q.dtype),
+        PRECISION=dot_precision(q.dtype),
+        num_warps=4,
     )
     if splits > 1:
         _combine_kernel[(batch, num_heads)](
-            part_acc, part_stats, out, out.stride(0), out.stride(1), num_heads, head_dim, splits,
-            BLOCK_S=next_power_of_2(splits), BLOCK_D=block_d, num_warps=1,
+            part_acc,
+            part_stats,
+            out,
+            out.stride(0),
+            out.stride(1),
+            num_heads,
+            head_dim,
+            splits,
+            BLOCK_S=next_power_of_2(splits),
+            BLOCK_D=block_d,
+            num_warps=1,
         )
     return out

@@ -22,7 +22,7 @@ from hydrant.kernels.arguments import check_dtype, check_rank, require
 
 
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
-    """Pack unsigned 4-bit codes `[N, K]` (any integer dtype, values 0..15) into `uint8[N, K//2]`."""
+    """Pack 4-bit codes `[N, K]` (any integer dtype, values 0..15) into `uint8[N, K//2]`."""
     check_rank(codes, "codes", 2, "[N, K]")
     require(codes.shape[1] % 2 == 0, f"K={codes.shape[1]} must be even to pack two codes a byte")
     c = codes.to(torch.uint8)

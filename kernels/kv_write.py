@@ -1,3 +1,5 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton reads parameter annotations as kernel types, so @triton.jit signatures stay bare.)
 """Triton kernel: write new tokens' K/V into the paged cache by slot mapping.
 
 One program per token writes all its KV heads (one contiguous run of
@@ -81,10 +83,34 @@ def _write_kv_kernel(
 ):
     token = tl.program_id(0)
     slot = tl.load(slot_ptr + token).to(tl.int64)
-    _store_one(key_ptr, stride_kt, stride_kh, k_cache_ptr, k_scale_ptr, token, slot,
-               num_kv_heads, head_dim, QUANTIZED, BLOCK_H, BLOCK_D)
-    _store_one(value_ptr, stride_vt, stride_vh, v_cache_ptr, v_scale_ptr, token, slot,
-               num_kv_heads, head_dim, QUANTIZED, BLOCK_H, BLOCK_D)
+    _store_one(
+        key_ptr,
+        stride_kt,
+        stride_kh,
+        k_cache_ptr,
+        k_scale_ptr,
+        token,
+        slot,
+        num_kv_heads,
+        head_dim,
+        QUANTIZED,
+        BLOCK_H,
+        BLOCK_D,
+    )
+    _store_one(
+        value_ptr,
+        stride_vt,
+        stride_vh,
+        v_cache_ptr,
+        v_scale_ptr,
+        token,
+        slot,
+        num_kv_heads,
+        head_dim,
+        QUANTIZED,
+        BLOCK_H,
+        BLOCK_D,
+    )
 
 
 def write_kv(
@@ -113,12 +139,19 @@ def write_kv(
     # Unused scale pointers still need a tensor argument; the constexpr branch never reads them.
     dummy = slot_mapping
     _write_kv_kernel[(num_tokens,)](
-        key, value, k_cache, v_cache,
+        key,
+        value,
+        k_cache,
+        v_cache,
         k_scale if k_scale is not None else dummy,
         v_scale if v_scale is not None else dummy,
         slot_mapping,
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        num_kv_heads, head_dim,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        num_kv_heads,
+        head_dim,
         QUANTIZED=quantized,
         BLOCK_H=next_power_of_2(num_kv_heads),
         BLOCK_D=next_power_of_2(head_dim),

@@ -96,8 +96,14 @@ def paged_decode_attention(
     mod = _launcher("decode_attention", q.device, backend)
     if mod is not None:
         result: torch.Tensor = mod.paged_decode_attention(
-            q, k_cache, v_cache, block_tables, context_lens, scale,
-            k_scale=k_scale, v_scale=v_scale,
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            context_lens,
+            scale,
+            k_scale=k_scale,
+            v_scale=v_scale,
         )
         return result
     arguments.check_attention(q, k_cache, v_cache, block_tables, context_lens, k_scale, v_scale)
@@ -128,16 +134,31 @@ def paged_prefill_attention(
     mod = _launcher("prefill_attention", q.device, backend)
     if mod is not None:
         result: torch.Tensor = mod.paged_prefill_attention(
-            q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale,
-            k_scale=k_scale, v_scale=v_scale, max_seqlen_q=max_seqlen_q,
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            cu_seqlens_q,
+            context_lens,
+            scale,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            max_seqlen_q=max_seqlen_q,
         )
         return result
     arguments.check_attention(
         q, k_cache, v_cache, block_tables, context_lens, k_scale, v_scale, cu_seqlens_q
     )
     return reference.paged_prefill_attention(
-        q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale,
-        k_scale=k_scale, v_scale=v_scale,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        cu_seqlens_q,
+        context_lens,
+        scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
     )
 
 

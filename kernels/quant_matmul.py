@@ -1,3 +1,5 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton reads parameter annotations as kernel types, so @triton.jit signatures stay bare.)
 """Triton kernels: weight-only dequantizing matmuls, W8A16 and W4A16.
 
 `out[M, N] = x[M, K] @ dequant(W)[N, K].T` with 16-bit (or float32)
@@ -67,9 +69,21 @@ def matmul_config(m: int, n: int, k: int, device: torch.device, max_block_k: int
 
 @triton.jit
 def _w8a16_kernel(
-    x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    scales_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    k_per_split,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -81,10 +95,16 @@ def _w8a16_kernel(
     for k0 in range(k_start, k_end, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
         k_mask = rk < k_end
-        x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :],
-                    mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        w = tl.load(w_ptr + rn[None, :].to(tl.int64) * stride_wn + rk[:, None],
-                    mask=k_mask[:, None] & n_mask[None, :], other=0)
+        x = tl.load(
+            x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :],
+            mask=m_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        w = tl.load(
+            w_ptr + rn[None, :].to(tl.int64) * stride_wn + rk[:, None],
+            mask=k_mask[:, None] & n_mask[None, :],
+            other=0,
+        )
         acc += tl.dot(x.to(COMPUTE), w.to(COMPUTE), input_precision=PRECISION)
     scale = tl.load(scales_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     acc = acc * scale[None, :]
@@ -94,10 +114,25 @@ def _w8a16_kernel(
 
 @triton.jit
 def _w4a16_kernel(
-    x_ptr, w_ptr, scales_ptr, zeros_ptr, out_ptr, M, N, K, stride_xm, stride_wn,
-    stride_sn, stride_zn, k_per_split, group_size,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    scales_ptr,
+    zeros_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_sn,
+    stride_zn,
+    k_per_split,
+    group_size,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -114,8 +149,11 @@ def _w4a16_kernel(
         x_mask = m_mask[:, None] & b_mask[None, :]
         x_even = tl.load(x_rows + byte[None, :] * 2, mask=x_mask, other=0.0).to(COMPUTE)
         x_odd = tl.load(x_rows + byte[None, :] * 2 + 1, mask=x_mask, other=0.0).to(COMPUTE)
-        packed = tl.load(w_ptr + rn[None, :].to(tl.int64) * stride_wn + byte[:, None],
-                         mask=b_mask[:, None] & n_mask[None, :], other=0)
+        packed = tl.load(
+            w_ptr + rn[None, :].to(tl.int64) * stride_wn + byte[:, None],
+            mask=b_mask[:, None] & n_mask[None, :],
+            other=0,
+        )
         group = k0 // group_size
         scale = tl.load(scales_ptr + rn * stride_sn + group, mask=n_mask, other=0.0)
         zero = tl.load(zeros_ptr + rn * stride_zn + group, mask=n_mask, other=0).to(tl.float32)
@@ -162,10 +200,23 @@ def w8a16_matmul(
     if m and n:
         k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
         _w8a16_kernel[_grid(m, n, config)](
-            x, qweight, scales, target, m, n, k, x.stride(0), qweight.stride(0), k_per_split,
-            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-            COMPUTE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype),
-            num_warps=config.num_warps, num_stages=config.num_stages,
+            x,
+            qweight,
+            scales,
+            target,
+            m,
+            n,
+            k,
+            x.stride(0),
+            qweight.stride(0),
+            k_per_split,
+            BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n,
+            BLOCK_K=config.block_k,
+            COMPUTE=dot_dtype(x.dtype),
+            PRECISION=dot_precision(x.dtype),
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
         )
     elif config.split_k > 1:
         target.zero_()
@@ -201,11 +252,27 @@ def w4a16_matmul(
     if m and n:
         k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
         _w4a16_kernel[_grid(m, n, config)](
-            x, qweight, scales, zeros, target, m, n, k, x.stride(0), qweight.stride(0),
-            scales.stride(0), zeros.stride(0), k_per_split, group_size,
-            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-            COMPUTE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype),
-            num_warps=config.num_warps, num_stages=config.num_stages,
+            x,
+            qweight,
+            scales,
+            zeros,
+            target,
+            m,
+            n,
+            k,
+            x.stride(0),
+            qweight.stride(0),
+            scales.stride(0),
+            zeros.stride(0),
+            k_per_split,
+            group_size,
+            BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n,
+            BLOCK_K=config.block_k,
+            COMPUTE=dot_dtype(x.dtype),
+            PRECISION=dot_precision(x.dtype),
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
         )
     elif config.split_k > 1:
         target.zero_()

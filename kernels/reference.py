@@ -136,8 +136,15 @@ def paged_decode_attention(
     """Decode is prefill with one query per sequence at its last position."""
     cu_seqlens = torch.arange(q.shape[0] + 1, dtype=torch.int32)
     return paged_prefill_attention(
-        q, k_cache, v_cache, block_tables, cu_seqlens, context_lens, scale,
-        k_scale=k_scale, v_scale=v_scale,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        cu_seqlens,
+        context_lens,
+        scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
     )
 
 

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton reads parameter annotations as kernel types, so @triton.jit signatures stay bare.)
 """Triton kernel: RMSNorm, optionally fused with the residual add that precedes it.
 
 In a Llama block every norm after the first reads `x + residual` and the
@@ -26,9 +28,17 @@ MAX_HIDDEN = 16384
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, residual_ptr, weight_ptr, out_ptr, new_residual_ptr,
-    stride_x, stride_r, hidden, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    new_residual_ptr,
+    stride_x,
+    stride_r,
+    hidden,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -76,9 +86,17 @@ def rms_norm(
     if rows:
         block = next_power_of_2(hidden)
         _rms_norm_kernel[(rows,)](
-            x2, r2, weight, out, residual_out if residual_out is not None else out,
-            x2.stride(0), r2.stride(0), hidden, float(eps),
-            HAS_RESIDUAL=residual is not None, BLOCK=block,
+            x2,
+            r2,
+            weight,
+            out,
+            residual_out if residual_out is not None else out,
+            x2.stride(0),
+            r2.stride(0),
+            hidden,
+            float(eps),
+            HAS_RESIDUAL=residual is not None,
+            BLOCK=block,
             num_warps=min(16, max(1, block // 512)),
         )
     return out, (residual_out if residual is not None and residual_out is not None else x)

@@ -41,7 +41,7 @@ def _scaling_value(rope_scaling: Mapping[str, Any], key: str) -> float:
 
 
 def llama3_inv_freq(inv_freq: torch.Tensor, rope_scaling: Mapping[str, Any]) -> torch.Tensor:
-    """Llama 3.1 scaling: long wavelengths slowed by `factor`, short ones kept, a smooth ramp between."""
+    """Llama 3.1 scaling: long wavelengths slowed by `factor`, short ones kept, a ramp between."""
     factor = _scaling_value(rope_scaling, "factor")
     low_freq_factor = _scaling_value(rope_scaling, "low_freq_factor")
     high_freq_factor = _scaling_value(rope_scaling, "high_freq_factor")

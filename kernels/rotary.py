@@ -1,3 +1,5 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton reads parameter annotations as kernel types, so @triton.jit signatures stay bare.)
 """Triton kernel: rotary position embedding, neox / HF "rotate_half" layout.
 
 For each token the kernel fetches one row `cat(cos, sin)` of the table built by
@@ -25,8 +27,18 @@ from hydrant.kernels.triton_support import (
 
 @triton.jit
 def _rotate_heads(
-    src_ptr, dst_ptr, token, stride_t, stride_h, num_heads, head_dim, cos, sin, half,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    src_ptr,
+    dst_ptr,
+    token,
+    stride_t,
+    stride_h,
+    num_heads,
+    head_dim,
+    cos,
+    sin,
+    half,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
 ):
     h = tl.arange(0, BLOCK_H)
     i = tl.arange(0, BLOCK_HALF)
@@ -42,10 +54,24 @@ def _rotate_heads(
 
 @triton.jit
 def _rotary_kernel(
-    positions_ptr, q_ptr, k_ptr, cache_ptr, q_out_ptr, k_out_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_cache,
-    num_heads, num_kv_heads, head_dim, half,
-    BLOCK_H: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    positions_ptr,
+    q_ptr,
+    k_ptr,
+    cache_ptr,
+    q_out_ptr,
+    k_out_ptr,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_cache,
+    num_heads,
+    num_kv_heads,
+    head_dim,
+    half,
+    BLOCK_H: tl.constexpr,
+    BLOCK_KH: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     pos = tl.load(positions_ptr + token).to(tl.int64)
@@ -53,10 +79,34 @@ def _rotary_kernel(
     row = cache_ptr + pos * stride_cache
     cos = tl.load(row + i, mask=i < half, other=0.0).to(tl.float32)
     sin = tl.load(row + half + i, mask=i < half, other=0.0).to(tl.float32)
-    _rotate_heads(q_ptr, q_out_ptr, token, stride_qt, stride_qh, num_heads, head_dim, cos, sin,
-                  half, BLOCK_H, BLOCK_HALF)
-    _rotate_heads(k_ptr, k_out_ptr, token, stride_kt, stride_kh, num_kv_heads, head_dim, cos,
-                  sin, half, BLOCK_KH, BLOCK_HALF)
+    _rotate_heads(
+        q_ptr,
+        q_out_ptr,
+        token,
+        stride_qt,
+        stride_qh,
+        num_heads,
+        head_dim,
+        cos,
+        sin,
+        half,
+        BLOCK_H,
+        BLOCK_HALF,
+    )
+    _rotate_heads(
+        k_ptr,
+        k_out_ptr,
+        token,
+        stride_kt,
+        stride_kh,
+        num_kv_heads,
+        head_dim,
+        cos,
+        sin,
+        half,
+        BLOCK_KH,
+        BLOCK_HALF,
+    )
 
 
 def rotary_embedding(
@@ -71,8 +121,12 @@ def rotary_embedding(
     """Launch the rotary kernel. Positions must be below `cos_sin_cache.shape[0]` (unchecked)."""
     check_rotary(positions, q, k, cos_sin_cache)
     check_triton_device(q.device)
-    for name, tensor in (("q", q), ("k", k), ("cos_sin_cache", cos_sin_cache),
-                         ("positions", positions)):
+    for name, tensor in (
+        ("q", q),
+        ("k", k),
+        ("cos_sin_cache", cos_sin_cache),
+        ("positions", positions),
+    ):
         require_unit_stride(tensor, name)
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
@@ -88,10 +142,24 @@ def rotary_embedding(
         k_out[..., rot:] = k[..., rot:]
     if num_tokens:
         _rotary_kernel[(num_tokens,)](
-            positions, q, k, cos_sin_cache, q_out, k_out,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin_cache.stride(0),
-            num_heads, num_kv_heads, head_dim, rot // 2,
-            BLOCK_H=next_power_of_2(num_heads), BLOCK_KH=next_power_of_2(num_kv_heads),
-            BLOCK_HALF=next_power_of_2(rot // 2), num_warps=4,
+            positions,
+            q,
+            k,
+            cos_sin_cache,
+            q_out,
+            k_out,
+            q.stride(0),
+            q.stride(1),
+            k.stride(0),
+            k.stride(1),
+            cos_sin_cache.stride(0),
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            rot // 2,
+            BLOCK_H=next_power_of_2(num_heads),
+            BLOCK_KH=next_power_of_2(num_kv_heads),
+            BLOCK_HALF=next_power_of_2(rot // 2),
+            num_warps=4,
         )
     return q_out, k_out

@@ -59,8 +59,9 @@ def require_contiguous(tensor: torch.Tensor, name: str) -> None:
     require(tensor.is_contiguous(), f"{name} must be contiguous (stride {tensor.stride()})")
 
 
-def require_out(out: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype,
-                device: torch.device) -> None:
+def require_out(
+    out: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> None:
     """Validate a caller-provided output buffer (tests pass NaN-poisoned ones)."""
     require(
         tuple(out.shape) == shape and out.dtype == dtype and out.device == device,

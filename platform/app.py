@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar, Router
 from litestar.types import ControllerRouterHandler
+from prometheus_client import CollectorRegistry
 
 from hydrant.platform.auth.dependencies import require_inference
 from hydrant.platform.auth.plugin import ControlPlanePlugin
@@ -22,6 +23,8 @@ from hydrant.platform.health.service import ModelRuntime
 from hydrant.platform.http.errors import EXCEPTION_HANDLERS
 from hydrant.platform.http.request_id import add_request_id_header
 from hydrant.platform.inference.controllers import InferenceController
+from hydrant.platform.metrics import GatewayMetrics, metrics_route
+from hydrant.platform.reports.controllers import REPORT_CONTROLLERS
 from hydrant.settings import ModelSpec, Settings
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ def create_app(
     runtime: ModelRuntime | None = None,
     models: Sequence[ModelSpec] | None = None,
     gateway: Gateway | None = None,
+    metric_registries: Sequence[CollectorRegistry] = (),
 ) -> Litestar:
     """The app; with a `gateway` it also serves `/v1` from the gateway's model registry."""
     db = database or Database(settings.effective_database_url)
@@ -52,7 +56,14 @@ def create_app(
             await db.dispose()
             log.info("gateway stopped")
 
-    handlers: list[ControllerRouterHandler] = [HealthController]
+    # `/metrics` renders every registry in this list at each scrape: engines add theirs.
+    gateway_metrics = gateway.metrics if gateway is not None else GatewayMetrics()
+    registries = [gateway_metrics.registry, *metric_registries]
+    handlers: list[ControllerRouterHandler] = [
+        HealthController,
+        *REPORT_CONTROLLERS,
+        metrics_route(registries),
+    ]
     if gateway is not None:
         handlers.append(
             Router(
@@ -76,8 +87,11 @@ def create_app(
     app.state.database = db
     app.state.runtime = runtime
     app.state.models = served
+    app.state.gateway_metrics = gateway_metrics
+    app.state.metric_registries = registries
     if gateway is not None:
         app.state.registry = gateway.registry
         app.state.inference = gateway.inference
+        app.state.abuse = gateway.abuse
         app.state.gateway = gateway
     return app

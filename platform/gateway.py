@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.session import Database
+from hydrant.platform.inference.abuse import AbuseGuard
 from hydrant.platform.inference.quota_gate import QuotaGate
 from hydrant.platform.inference.service import InferenceService
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
+from hydrant.platform.metrics import GatewayMetrics
+from hydrant.platform.metrics.metered_ledger import MeteredLedger
 from hydrant.platform.models.deployments import PriceBook, ensure_deployments
 from hydrant.platform.models.registry import ModelRegistry
 from hydrant.platform.quotas import GuardedQuotaBackend, InMemoryQuotaBackend, QuotaBackend
@@ -51,6 +54,8 @@ class Gateway:
     ledger: DatabaseLedger
     gate: QuotaGate
     inference: InferenceService
+    abuse: AbuseGuard
+    metrics: GatewayMetrics
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -65,13 +70,19 @@ class Gateway:
         prices = PriceBook(database)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         spool = LedgerSpool(settings.data_dir / "ledger.spool", max_bytes=settings.spool_max_bytes)
-        ledger = DatabaseLedger(database, spool, DevicePrice(settings.device_price_per_hour))
+        device_price = DevicePrice(settings.device_price_per_hour)
+        ledger = DatabaseLedger(database, spool, device_price)
+        metrics = GatewayMetrics()
+        metrics.watch_spool(spool)
         gate = QuotaGate(
             backend,
             prices,
             long_lane_slots=settings.long_lane_slots,
             long_lane_queue=settings.long_lane_queue,
+            on_refusal=metrics.observe_quota_refusal,
+            on_lane_wait=metrics.observe_long_lane_queue,
         )
+        metered = MeteredLedger(ledger, metrics, prices=prices, device_price=device_price)
         return cls(
             settings=settings,
             database=database,
@@ -81,7 +92,9 @@ class Gateway:
             spool=spool,
             ledger=ledger,
             gate=gate,
-            inference=InferenceService(gate, ledger),
+            inference=InferenceService(gate, metered),
+            abuse=AbuseGuard(on_event=lambda event: metrics.abuse_events.labels(event).inc()),
+            metrics=metrics,
         )
 
     async def start(self) -> None:
@@ -90,20 +103,34 @@ class Gateway:
             output_per_million=self.settings.price_output_per_mtok,
             cached_input_per_million=self.settings.price_cached_input_per_mtok,
         )
-        try:
-            await ensure_deployments(self.database, self.settings.served_models(), default)
-            await self.prices.refresh()
-        except Exception as exc:  # the database may be down at start: serve, spool, retry
-            log.warning("price book not loaded at start", extra={"error": type(exc).__name__})
+        # Twice: gateways starting together race to create the same deployment row, and
+        # the loser's IntegrityError would leave its price book empty (spend budgets not
+        # enforced) until the next refresh; on the second try the row is there.
+        for attempt in range(2):
+            try:
+                await ensure_deployments(self.database, self.settings.served_models(), default)
+                await self.prices.refresh()
+                break
+            except Exception as exc:  # the database may be down at start: serve, spool, retry
+                if attempt:
+                    log.warning(
+                        "price book not loaded at start", extra={"error": type(exc).__name__}
+                    )
         self.prices.start()
         self._tasks.append(asyncio.create_task(self._replay_loop(), name="spool-replay"))
 
     async def _replay_loop(self, every_s: float = 5.0) -> None:
+        # `size_bytes`, not `pending()`: pending reads the whole file, on the event loop.
+        # Any error is logged and retried next tick: if this task died, spooled entries
+        # would wait for a restart.
         while True:
-            if self.spool.pending():
-                replayed = await self.ledger.replay_spool()
-                if replayed:
-                    log.info("spooled ledger entries replayed", extra={"entries": replayed})
+            try:
+                if self.spool.size_bytes:
+                    replayed = await self.ledger.replay_spool()
+                    if replayed:
+                        log.info("spooled ledger entries replayed", extra={"entries": replayed})
+            except Exception as exc:
+                log.warning("spool replay failed", extra={"error": type(exc).__name__})
             await asyncio.sleep(every_s)
 
     async def stop(self) -> None:

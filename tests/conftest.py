@@ -103,3 +103,11 @@ def database_url(empty_database_url: str) -> str:
 
     migrate.upgrade(empty_database_url)
     return empty_database_url
+
+
+@pytest.fixture(scope="session")
+def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated demo checkpoint, written once per test session."""
+    from hydrant.engine.demo_model import write_demo_model
+
+    return write_demo_model(tmp_path_factory.mktemp("models") / "demo")

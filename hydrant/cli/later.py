@@ -21,34 +21,6 @@ def worker(model: str | None, device: str, port: int | None) -> None:
 
 
 @click.group()
-def tenants() -> None:
-    """Create, list, update and suspend tenants and their plans."""
-
-
-@tenants.command("list")
-def tenants_list() -> None:
-    """List tenants with status and plan."""
-    not_yet("tenant administration", 4)
-
-
-@click.group()
-def keys() -> None:
-    """Create, list, revoke and rotate API keys (shown once, stored as hashes)."""
-
-
-@keys.command("create")
-def keys_create() -> None:
-    """Create an API key for a tenant (or an admin key)."""
-    not_yet("API key administration", 4)
-
-
-@click.command()
-def report() -> None:
-    """Cost report by tenant, model and day/hour, as a table, JSON or CSV."""
-    not_yet("cost reports", 4)
-
-
-@click.group()
 def jobs() -> None:
     """Celery job worker and beat: digests, rollups, spool replay, scale-to-zero."""
 

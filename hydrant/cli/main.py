@@ -7,10 +7,12 @@ from pathlib import Path
 import click
 
 from hydrant import __version__
+from hydrant.cli.admin import keys, tenants
 from hydrant.cli.context import CliContext
 from hydrant.cli.database import migrate
-from hydrant.cli.later import jobs, keys, report, tenants, worker
+from hydrant.cli.later import jobs, worker
 from hydrant.cli.modelcmds import capacity, demo_model, models
+from hydrant.cli.reportcmd import report
 from hydrant.cli.serve import serve
 
 

@@ -47,7 +47,76 @@ def demo_model(directory: Path, seed: int) -> None:
 
 
 @click.command()
-@click.option("--model", "model_ref", required=True, help="Checkpoint dir or a named shape.")
-def capacity(model_ref: str) -> None:
-    """How many sequences a device's KV cache really holds for a length distribution."""
-    not_yet("the capacity calculator", 3)
+@click.option(
+    "--model", "model_ref", required=True, help="A checkpoint directory or a named shape."
+)
+@click.option("--memory-gib", type=float, default=80.0, show_default=True, help="Device memory.")
+@click.option("--weight-dtype", help="Weight dtype (default: the checkpoint's).")
+@click.option(
+    "--kv-dtype", type=click.Choice(["float32", "float16", "bfloat16", "int8"]), help="KV dtype."
+)
+@click.option("--block-size", type=int, default=16, show_default=True)
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True)
+@click.option("--prompt-tokens", type=int, default=512, show_default=True)
+@click.option("--output-tokens", type=int, default=512, show_default=True)
+@click.option(
+    "--lengths-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Observed lengths instead: one 'PROMPT OUTPUT' pair per line.",
+)
+@click.option(
+    "--max-num-seqs",
+    type=int,
+    default=256,
+    show_default=True,
+    help="The configured cap to check against what fits.",
+)
+def capacity(
+    model_ref: str,
+    memory_gib: float,
+    weight_dtype: str | None,
+    kv_dtype: str | None,
+    block_size: int,
+    gpu_memory_utilization: float,
+    prompt_tokens: int,
+    output_tokens: int,
+    lengths_file: Path | None,
+    max_num_seqs: int,
+) -> None:
+    """How many sequences a device's KV cache really holds for a length distribution.
+
+    Example (the field's trap): `hydrant capacity --model llama-3-8b --memory-gib 80
+    --prompt-tokens 512 --output-tokens 1536` shows that a max_num_seqs of 256 cannot fit.
+    """
+    from hydrant.engine.capacity import (
+        CapacityInputError,
+        RequestLengths,
+        format_report,
+        plan_capacity,
+    )
+    from hydrant.engine.capacity_shapes import resolve_shape
+
+    try:
+        shape = resolve_shape(model_ref)
+        if lengths_file is not None:
+            pairs = []
+            for line in lengths_file.read_text().splitlines():
+                if line.strip():
+                    prompt, output = line.split()[:2]
+                    pairs.append((int(prompt), int(output)))
+            lengths = RequestLengths.from_samples(pairs)
+        else:
+            lengths = RequestLengths.fixed(prompt_tokens, output_tokens)
+        plan = plan_capacity(
+            shape,
+            device_memory_gib=memory_gib,
+            requests=lengths,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            block_size=block_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs,
+        )
+    except (CapacityInputError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(format_report(plan))

@@ -57,7 +57,12 @@ def serve(
     engines = load_embedded_engines(settings)
     database = Database(settings.effective_database_url)
     gateway = Gateway.build(settings, database, engines.registry)
-    app = create_app(settings, database=database, gateway=gateway)
+    app = create_app(
+        settings,
+        database=database,
+        gateway=gateway,
+        metric_registries=engines.metric_registries,  # type: ignore[arg-type]
+    )
     app.on_shutdown.append(engines.shutdown)
     log.info("listening", extra={"host": settings.host, "port": settings.port})
     uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False)

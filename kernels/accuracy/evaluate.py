@@ -36,18 +36,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from hydrant.kernels.accuracy.metrics import NextTokenMetrics, mean_entropy, next_token_metrics
 from hydrant.kernels.accuracy.paged_llama import PagedLlama
 from hydrant.kernels.accuracy.synthetic import apply_realistic_weights
-from hydrant.kernels.quantization import kv_cache_report, quantize_model
+from hydrant.kernels.quantization import QuantizationMode, kv_cache_report, quantize_model
 from hydrant.kernels.quantization.calibration import calibrate
 
 MODEL_SHAPE: dict[str, Any] = {
-    "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
-    "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
 }
 PROMPTS, PROMPT_LEN, CALIBRATION_PROMPTS = 8, 64, 8
 
@@ -86,12 +91,12 @@ class GateResult:
         )
 
 
-def build_model(seed: int = 0) -> nn.Module:
+def build_model(seed: int = 0) -> Any:
     """The float32 reference model (transformers is a dev dependency, imported here only)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**MODEL_SHAPE)).to(torch.float32).eval()
+    model = LlamaForCausalLM(LlamaConfig(**MODEL_SHAPE)).eval()
     return apply_realistic_weights(model, seed)
 
 
@@ -102,7 +107,7 @@ def fixed_prompts(seed: int, count: int = PROMPTS, length: int = PROMPT_LEN) -> 
 
 
 @torch.no_grad()
-def _hf_logits(model: nn.Module, prompts: list[list[int]]) -> torch.Tensor:
+def _hf_logits(model: Any, prompts: list[list[int]]) -> torch.Tensor:
     return torch.cat([model(torch.tensor([p])).logits[0] for p in prompts])
 
 
@@ -113,11 +118,15 @@ def evaluate(seed: int = 0) -> tuple[list[GateResult], float]:
     reference = _hf_logits(model, prompts)
     results = []
     calibration = [torch.tensor([p]) for p in fixed_prompts(seed + 1, CALIBRATION_PROMPTS)]
-    for name, mode, calibrated in (("int8 weights", "int8", False), ("int4 weights", "int4", False),
-                                   ("int4 weights + calibration", "int4", True)):
+    candidates: tuple[tuple[str, QuantizationMode, bool], ...] = (
+        ("int8 weights", "int8", False),
+        ("int4 weights", "int4", False),
+        ("int4 weights + calibration", "int4", True),
+    )
+    for name, mode, calibrated in candidates:
         candidate = copy.deepcopy(model)
         scales = calibrate(candidate, calibration, mode) if calibrated else None
-        report = quantize_model(candidate, mode, 128, activation_scales=scales)  # type: ignore[arg-type]
+        report = quantize_model(candidate, mode, 128, activation_scales=scales)
         metrics = next_token_metrics(reference, _hf_logits(candidate, prompts))
         results.append(GateResult(GATES[name], metrics, report.ratio_vs_float16))
     prefill = [PROMPT_LEN // 2 + 3 * i for i in range(len(prompts))]
@@ -127,10 +136,16 @@ def evaluate(seed: int = 0) -> tuple[list[GateResult], float]:
     int8_kv = PagedLlama(model, block_size=16, kv_cache_dtype="int8").logits(
         prompts, prefill, chunk=24
     )
-    config = model.config  # type: ignore[attr-defined]
-    kv = kv_cache_report(config.num_hidden_layers, config.num_key_value_heads,
-                         config.hidden_size // config.num_attention_heads, 4096)
-    results.append(GateResult(GATES["int8 KV"],
-                              next_token_metrics(torch.cat(float_kv), torch.cat(int8_kv)),
-                              kv.ratio))
+    config = model.config
+    kv = kv_cache_report(
+        config.num_hidden_layers,
+        config.num_key_value_heads,
+        config.hidden_size // config.num_attention_heads,
+        4096,
+    )
+    results.append(
+        GateResult(
+            GATES["int8 KV"], next_token_metrics(torch.cat(float_kv), torch.cat(int8_kv)), kv.ratio
+        )
+    )
     return results, mean_entropy(reference)

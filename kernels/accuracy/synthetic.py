@@ -19,6 +19,8 @@ The model must have the HF Llama structure (`model.embed_tokens`,
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -35,10 +37,13 @@ def _student_t(shape: tuple[int, ...], std: float, generator: torch.Generator) -
     return normal / torch.sqrt(chi2 / df) * std / (df / (df - 2)) ** 0.5
 
 
-def apply_realistic_weights(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Overwrite every weight of an HF-structured Llama in place; returns the model."""
+def apply_realistic_weights(model: Any, seed: int = 0) -> Any:
+    """Overwrite every weight of an HF-structured Llama in place; returns the model.
+
+    `model` is duck-typed (an `nn.Module` with the HF Llama attribute tree).
+    """
     gen = torch.Generator().manual_seed(seed)
-    core = model.model  # type: ignore[attr-defined]
+    core = model.model
     hidden = core.embed_tokens.weight.shape[1]
     outliers = torch.randperm(hidden, generator=gen)[: max(1, int(hidden * OUTLIER_FRACTION))]
 
@@ -52,19 +57,23 @@ def apply_realistic_weights(model: nn.Module, seed: int = 0) -> nn.Module:
         for layer in core.layers:
             layer.input_layernorm.weight.copy_(gains())
             layer.post_attention_layernorm.weight.copy_(gains())
-            for proj in (*_projections(layer.self_attn, ("q_proj", "k_proj", "v_proj")),
-                         *_projections(layer.mlp, ("gate_proj", "up_proj"))):
-                proj.weight.copy_(_student_t(tuple(proj.weight.shape), proj.in_features**-0.5,
-                                             gen))
-            for proj in (*_projections(layer.self_attn, ("o_proj",)),
-                         *_projections(layer.mlp, ("down_proj",))):
-                proj.weight.copy_(_student_t(tuple(proj.weight.shape),
-                                             0.5 * proj.in_features**-0.5, gen))
+            for proj in (
+                *_projections(layer.self_attn, ("q_proj", "k_proj", "v_proj")),
+                *_projections(layer.mlp, ("gate_proj", "up_proj")),
+            ):
+                proj.weight.copy_(_student_t(tuple(proj.weight.shape), proj.in_features**-0.5, gen))
+            for proj in (
+                *_projections(layer.self_attn, ("o_proj",)),
+                *_projections(layer.mlp, ("down_proj",)),
+            ):
+                proj.weight.copy_(
+                    _student_t(tuple(proj.weight.shape), 0.5 * proj.in_features**-0.5, gen)
+                )
         core.norm.weight.copy_(1.0 + 0.1 * torch.randn(hidden, generator=gen))
-        head = model.lm_head  # type: ignore[attr-defined]
+        head = model.lm_head
         head.weight.copy_(_student_t(tuple(head.weight.shape), HEAD_GAIN * hidden**-0.5, gen))
     return model
 
 
-def _projections(parent: nn.Module, names: tuple[str, ...]) -> list[nn.Linear]:
+def _projections(parent: Any, names: tuple[str, ...]) -> list[nn.Linear]:
     return [getattr(parent, name) for name in names]

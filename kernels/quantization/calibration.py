@@ -115,9 +115,9 @@ def calibrate(
         and not (mode == "int4" and module.in_features % group_size)
     ]
     recorded = record_linear_inputs(model, list(batches), names, run=run, max_rows=max_rows)
+    linears = {name: model.get_submodule(name) for name in names}
     return {
-        name: search_channel_scale(
-            model.get_submodule(name), recorded[name], mode, group_size, alphas
-        )
-        for name in names
+        name: search_channel_scale(linear, recorded[name], mode, group_size, alphas)
+        for name, linear in linears.items()
+        if isinstance(linear, nn.Linear)
     }

@@ -82,6 +82,8 @@ class QuantizationManifest:
                     f"unsupported quantized checkpoint format {raw.get('format_version')!r}"
                 )
             modules = {name: QuantizedModuleSpec(**spec) for name, spec in raw["modules"].items()}
+            if raw["mode"] not in ("int8", "int4"):
+                raise KernelArgumentError(f"unknown quantization mode {raw['mode']!r}")
             return cls(mode=str(raw["mode"]), group_size=int(raw["group_size"]), modules=modules)
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, KernelArgumentError):
@@ -96,11 +98,15 @@ class QuantizationManifest:
         modes = {m.mode for m in found.values()}
         groups = {m.group_size for m in found.values() if m.mode == "int4"}
         if len(modes) > 1 or len(groups) > 1:
-            raise KernelArgumentError(f"mixed quantization ({modes}, groups {groups}) is unsupported")
+            raise KernelArgumentError(
+                f"mixed quantization ({modes}, groups {groups}) is unsupported"
+            )
         modules = {
             name: QuantizedModuleSpec(
-                in_features=m.in_features, out_features=m.out_features,
-                bias=m.bias is not None, input_scale=m.input_scale is not None,
+                in_features=m.in_features,
+                out_features=m.out_features,
+                bias=m.bias is not None,
+                input_scale=m.input_scale is not None,
                 dtype=str(m.scales.dtype).removeprefix("torch."),
             )
             for name, m in found.items()
@@ -159,9 +165,14 @@ def prepare_quantized_modules(
         own = [*current.parameters(), *current.buffers()]
         target_device = device or (own[0].device if own else "cpu")
         replacement = QuantizedLinear(
-            spec.in_features, spec.out_features, manifest.mode,  # type: ignore[arg-type]
-            group_size=manifest.group_size or 128, bias=spec.bias, input_scale=spec.input_scale,
-            dtype=getattr(torch, spec.dtype), device=target_device,
+            spec.in_features,
+            spec.out_features,
+            manifest.mode,
+            group_size=manifest.group_size or 128,
+            bias=spec.bias,
+            input_scale=spec.input_scale,
+            dtype=getattr(torch, spec.dtype),
+            device=target_device,
         )
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, replacement)

@@ -50,7 +50,9 @@ def kv_cache_bytes(
     per_head = head_dim + 4 if dtype in ("int8", torch.int8) else None
     if per_head is None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise KernelArgumentError(f"KV cache dtype must be a float dtype or 'int8', got {dtype}")
+            raise KernelArgumentError(
+                f"KV cache dtype must be a float dtype or 'int8', got {dtype}"
+            )
         per_head = head_dim * torch.empty((), dtype=dtype).element_size()
     return 2 * num_layers * num_kv_heads * num_tokens * per_head
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from hydrant.kernels import ops
+from hydrant.kernels.backend import Backend
 from hydrant.kernels.errors import KernelArgumentError
 from hydrant.kernels.int4_layout import dequantize_int4
 from hydrant.kernels.quantization.rtn import quantize_int4_groupwise, quantize_int8_per_channel
@@ -58,6 +59,8 @@ class QuantizedLinear(nn.Module):
             )
         self.in_features, self.out_features = in_features, out_features
         self.mode: QuantMode = mode
+        # None follows `hydrant.kernels.backend`'s per-call choice; set to pin one.
+        self.backend: Backend | None = None
         self.group_size = group_size if mode == "int4" else in_features
         if mode == "int8":
             self.register_buffer(
@@ -71,10 +74,12 @@ class QuantizedLinear(nn.Module):
                 "qweight",
                 torch.empty(out_features, in_features // 2, dtype=torch.uint8, device=device),
             )
-            self.register_buffer("scales", torch.empty(out_features, groups, dtype=dtype,
-                                                       device=device))
-            self.register_buffer("zeros", torch.empty(out_features, groups, dtype=dtype,
-                                                      device=device))
+            self.register_buffer(
+                "scales", torch.empty(out_features, groups, dtype=dtype, device=device)
+            )
+            self.register_buffer(
+                "zeros", torch.empty(out_features, groups, dtype=dtype, device=device)
+            )
         self.register_buffer(
             "bias", torch.empty(out_features, dtype=dtype, device=device) if bias else None
         )
@@ -92,13 +97,18 @@ class QuantizedLinear(nn.Module):
         group_size: int = 128,
         channel_scale: torch.Tensor | None = None,
     ) -> QuantizedLinear:
-        """Quantize `linear` by round-to-nearest; `channel_scale` `s` is the activation-aware factor."""
+        """Quantize `linear` by round-to-nearest; `channel_scale` is the activation-aware `s`."""
         weight = linear.weight.detach()
         dtype, device = weight.dtype, weight.device
         module = cls(
-            linear.in_features, linear.out_features, mode, group_size=group_size,
-            bias=linear.bias is not None, input_scale=channel_scale is not None,
-            dtype=dtype, device="meta",
+            linear.in_features,
+            linear.out_features,
+            mode,
+            group_size=group_size,
+            bias=linear.bias is not None,
+            input_scale=channel_scale is not None,
+            dtype=dtype,
+            device="meta",
         )
         # Every meta placeholder is replaced below: assigning to a registered buffer
         # name swaps the buffer (nn.Module.__setattr__), so nothing is allocated twice.
@@ -121,9 +131,11 @@ class QuantizedLinear(nn.Module):
         if self.input_scale is not None:
             flat = flat * self.input_scale.to(flat.dtype)
         if self.zeros is None:
-            out = ops.w8a16_matmul(flat, self.qweight, self.scales)
+            out = ops.w8a16_matmul(flat, self.qweight, self.scales, backend=self.backend)
         else:
-            out = ops.w4a16_matmul(flat, self.qweight, self.scales, self.zeros, self.group_size)
+            out = ops.w4a16_matmul(
+                flat, self.qweight, self.scales, self.zeros, self.group_size, backend=self.backend
+            )
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)

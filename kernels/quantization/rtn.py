@@ -21,7 +21,7 @@ INT4_MAX = 15.0
 
 
 def _as_stored(scales: torch.Tensor, scale_dtype: torch.dtype) -> torch.Tensor:
-    """Round scales to their stored dtype first, so codes are chosen for the scale the kernel sees."""
+    """Round scales to their stored dtype first: codes are chosen for the scale the kernel sees."""
     return scales.to(scale_dtype).to(torch.float32)
 
 

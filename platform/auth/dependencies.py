@@ -34,7 +34,7 @@ async def _principal(connection: ASGIConnection[Any, Any, Any, Any], scope: str)
         return cached
     authenticator = authenticator_of(connection.app.state)
     principal = await authenticator.authenticate(connection.headers.get("authorization"), scope)
-    connection.scope.setdefault("state", {})[_STATE_KEY] = principal  # type: ignore[typeddict-item]
+    connection.scope.setdefault("state", {})[_STATE_KEY] = principal
     return principal
 
 

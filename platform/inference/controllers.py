@@ -6,12 +6,14 @@ from typing import Any
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.response import Response, Stream
 
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.errors import PermissionDenied
 from hydrant.platform.http.request_id import request_id_for
 from hydrant.platform.inference import render
+from hydrant.platform.inference.abuse import AbuseGuard
 from hydrant.platform.inference.accounting import RequestContext
 from hydrant.platform.inference.params import PreparedRequest, prepare_chat, prepare_completion
 from hydrant.platform.inference.schemas import (
@@ -39,7 +41,7 @@ def _check_model_allowed(principal: Principal, model: str) -> None:
 
 def _context(
     request: Request[Any, Any, Any],
-    principal: Principal,
+    principal: NamedDependency[Principal],
     model: ServedModel,
     prepared: PreparedRequest,
 ) -> RequestContext:
@@ -57,11 +59,18 @@ def _context(
     )
 
 
+def _screen(
+    state: State, principal: Principal, model: ServedModel, prepared: PreparedRequest
+) -> None:
+    guard: AbuseGuard = state.abuse
+    guard.check(principal.key_id, prepared.prompt_token_ids, model.tokenizer.special_token_ids)
+
+
 class InferenceController(Controller):
     path = "/v1"
 
     @get("/models")
-    async def list_models(self, state: State, principal: Principal) -> ModelList:
+    async def list_models(self, state: State, principal: NamedDependency[Principal]) -> ModelList:
         registry: ModelRegistry = state.registry
         models = [
             m
@@ -72,13 +81,14 @@ class InferenceController(Controller):
 
     @post("/chat/completions", status_code=200)
     async def chat_completions(
-        self, request: Request[Any, Any, Any], state: State, principal: Principal
+        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
         body = decode_body(await request.body(), ChatCompletionRequest)
         registry: ModelRegistry = state.registry
         model = registry.get(body.model)
         _check_model_allowed(principal, model.name)
         prepared = prepare_chat(body, model, state.settings.default_max_tokens)
+        _screen(state, principal, model, prepared)
         ctx = _context(request, principal, model, prepared)
         ctx.priority = body.priority
         service: InferenceService = state.inference
@@ -93,13 +103,14 @@ class InferenceController(Controller):
 
     @post("/completions", status_code=200)
     async def completions(
-        self, request: Request[Any, Any, Any], state: State, principal: Principal
+        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
         body = decode_body(await request.body(), CompletionRequest)
         registry: ModelRegistry = state.registry
         model = registry.get(body.model)
         _check_model_allowed(principal, model.name)
         prepared = prepare_completion(body, model, state.settings.default_max_tokens)
+        _screen(state, principal, model, prepared)
         ctx = _context(request, principal, model, prepared)
         ctx.priority = body.priority
         service: InferenceService = state.inference

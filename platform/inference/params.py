@@ -79,16 +79,21 @@ def chat_prompt(request: ChatCompletionRequest, model: ServedModel) -> list[int]
 
 
 def completion_prompt(request: CompletionRequest, model: ServedModel) -> list[int]:
+    """One prompt: a string, a list of token ids, or a one-element list of either."""
     prompt = request.prompt
+    if isinstance(prompt, list) and len(prompt) == 1 and not isinstance(prompt[0], int):
+        prompt = prompt[0]  # type: ignore[assignment]
     if isinstance(prompt, str):
+        if not prompt:
+            raise InvalidRequest("prompt must not be empty", param="prompt")
         ids = model.tokenizer.encode(prompt)
-    elif prompt and all(isinstance(p, int) for p in prompt):
+    elif all(isinstance(p, int) for p in prompt):
         ids = [int(p) for p in prompt]  # type: ignore[arg-type]
-    elif len(prompt) == 1:
-        only = prompt[0]
-        ids = model.tokenizer.encode(only) if isinstance(only, str) else list(only)  # type: ignore[arg-type]
     else:
-        raise InvalidRequest("batched prompts are not supported; send one prompt", "prompt")
+        raise InvalidRequest(
+            "prompt must be a string or a list of token ids; batched prompts are not supported",
+            param="prompt",
+        )
     if not ids:
         raise InvalidRequest("prompt must not be empty", param="prompt")
     vocab = model.tokenizer.vocab_size

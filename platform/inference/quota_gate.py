@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -130,14 +131,16 @@ class QuotaGate:
         *,
         long_lane_slots: int = 2,
         long_lane_queue: int = 64,
-        on_refusal: Callable[[str], None] | None = None,
+        on_refusal: Callable[[str, str], None] | None = None,
+        on_lane_wait: Callable[[str, float], None] | None = None,
     ) -> None:
         self.backend = backend
         self.prices = prices
         self._lanes: dict[str, LongLane] = {}
         self._lane_slots = long_lane_slots
         self._lane_queue = long_lane_queue
-        self._on_refusal = on_refusal or (lambda reason: None)
+        self._refused = on_refusal or (lambda tenant, reason: None)
+        self._lane_waited = on_lane_wait or (lambda model, seconds: None)
 
     def lane(self, model: str) -> LongLane:
         if model not in self._lanes:
@@ -145,13 +148,16 @@ class QuotaGate:
         return self._lanes[model]
 
     async def admit(self, ctx: RequestContext) -> Admission:
+        def refused(reason: str) -> None:
+            self._refused(ctx.tenant_id, reason)
+
         policy, quota = _quota(ctx)
         sampling = ctx.prepared.sampling
         prompt = len(ctx.prepared.prompt_token_ids)
         try:
             tier = classify(prompt, sampling.max_tokens, policy, model_context=ctx.max_model_len)
         except RequestTooLargeError as exc:
-            self._on_refusal(exc.reason)
+            refused(exc.reason)
             raise Unprocessable(
                 f"{exc}; shorten the prompt or lower max_tokens",
                 param="messages" if exc.reason == "prompt_too_long" else "max_tokens",
@@ -167,17 +173,19 @@ class QuotaGate:
         lane = None
         if tier.tier is Tier.LONG:
             lane = self.lane(ctx.model)
+            waited_from = time.monotonic()
             try:
                 await lane.enter(tier.queue_timeout_s or policy.long_queue_timeout_s)
+                self._lane_waited(ctx.model, time.monotonic() - waited_from)
             except LaneFull:
-                self._on_refusal("long_lane_full")
+                refused("long_lane_full")
                 raise RateLimited(
                     "the long-request lane of this model is full; retry later",
                     code="long_lane_full",
                     retry_after=5,
                 ) from None
             except TimeoutError:
-                self._on_refusal("long_lane_timeout")
+                refused("long_lane_timeout")
                 raise RateLimited(
                     f"the request ({tier.total_tokens} tokens) waited "
                     f"{policy.long_queue_timeout_s:g} s in the long-request lane and was dropped",
@@ -199,7 +207,7 @@ class QuotaGate:
             if lane is not None:
                 lane.leave()
             refusal = exc.refusal
-            self._on_refusal(refusal.limit_name)
+            refused(refusal.limit_name)
             words = _LIMIT_WORDS.get(refusal.limit_name, refusal.limit_name)
             if refusal.kind is LimitKind.BUDGET:
                 raise BudgetExhausted(
@@ -215,7 +223,7 @@ class QuotaGate:
         except QuotaBackendUnavailable as exc:
             if lane is not None:
                 lane.leave()
-            self._on_refusal("quota_backend_unavailable")
+            refused("quota_backend_unavailable")
             raise ServiceUnavailable(
                 "the quota service is unavailable; requests are refused until it recovers",
                 code="quota_unavailable",

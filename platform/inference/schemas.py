@@ -65,7 +65,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str | int | list[int]]
     max_tokens: int | None = 16
     logprobs: int | None = None
     echo: bool = False

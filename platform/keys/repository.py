@@ -35,6 +35,7 @@ async def key_by_prefix(session: AsyncSession, prefix: str) -> ApiKey | None:
 
 
 async def successor_of(session: AsyncSession, key_id: str) -> ApiKey | None:
+    """Unscoped: asked only about a key the caller has already fetched through its scope."""
     return await session.scalar(select(ApiKey).where(ApiKey.rotated_from_id == key_id))
 
 

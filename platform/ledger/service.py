@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_from_ns
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
@@ -26,7 +27,18 @@ from hydrant.platform.ledger.spool import LedgerSpool
 log = logging.getLogger(__name__)
 
 # Errors that mean "the database is not there", as opposed to a bug in the entry.
-UNAVAILABLE = (OperationalError, DBAPIError, OSError, TimeoutError, ConnectionError)
+# `PoolTimeout` (no connection free in the pool) is SQLAlchemy's, not the builtin one.
+UNAVAILABLE = (OperationalError, DBAPIError, PoolTimeout, OSError, TimeoutError, ConnectionError)
+
+# A live write that takes longer goes to the spool. Why: the response waits for its
+# entry, and a database that stops answering without refusing (a network partition)
+# would otherwise hang every request. The slow write is left to finish, not cancelled
+# (cancelling would wait on the same dead connection to roll back); whichever of it
+# and the spool's replay lands second inserts nothing.
+LIVE_WRITE_TIMEOUT_S = 2.0
+# Past this many slow writes still running, entries go straight to the spool, so a
+# long partition does not pile up a task (and a wait for a connection) per request.
+MAX_SLOW_WRITES = 32
 
 
 def _iso(value: datetime) -> str:
@@ -36,17 +48,24 @@ def _iso(value: datetime) -> str:
 class DatabaseLedger:
     """`LedgerWriter`: exactly one entry per request id, durable even with the database down."""
 
-    def __init__(self, database: Database, spool: LedgerSpool, device_price: DevicePrice) -> None:
+    def __init__(
+        self,
+        database: Database,
+        spool: LedgerSpool,
+        device_price: DevicePrice,
+        *,
+        write_timeout_s: float = LIVE_WRITE_TIMEOUT_S,
+    ) -> None:
         self.database = database
         self.spool = spool
         self.device_price = device_price
+        self.write_timeout_s = write_timeout_s
         self._spooling = False
+        self._slow_writes: set[asyncio.Task[None]] = set()
 
     async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
         try:
-            async with self.database.session() as session:
-                entry = await self._entry(session, ctx, outcome)
-                await repository.insert_if_absent(session, [entry])
+            await self._write_within_timeout(ctx, outcome)
             if self._spooling:
                 self._spooling = False
                 log.info("ledger database reachable again")
@@ -58,6 +77,28 @@ class DatabaseLedger:
                     extra={"error": type(exc).__name__},
                 )
             await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
+
+    async def _write(self, ctx: RequestContext, outcome: Outcome) -> None:
+        async with self.database.session() as session:
+            entry = await self._entry(session, ctx, outcome)
+            await repository.insert_if_absent(session, [entry])
+
+    async def _write_within_timeout(self, ctx: RequestContext, outcome: Outcome) -> None:
+        """The live write, or `TimeoutError` after `write_timeout_s` (the write goes on)."""
+        if len(self._slow_writes) >= MAX_SLOW_WRITES:
+            raise TimeoutError("too many ledger writes are waiting on the database")
+        task = asyncio.create_task(self._write(ctx, outcome))
+        done, _ = await asyncio.wait({task}, timeout=self.write_timeout_s)
+        if not done:
+            self._slow_writes.add(task)
+            task.add_done_callback(self._slow_write_done)
+            raise TimeoutError(f"the ledger write took over {self.write_timeout_s:g} s")
+        task.result()
+
+    def _slow_write_done(self, task: asyncio.Task[None]) -> None:
+        self._slow_writes.discard(task)
+        if not task.cancelled():
+            task.exception()  # its entry is in the spool: the error is expected, not lost
 
     def _spool_entry(self, ctx: RequestContext, outcome: Outcome) -> dict[str, Any]:
         """What replay needs to build the entry later (pricing happens at replay)."""

@@ -68,8 +68,6 @@ class PriceService:
                 "effective_from is in the past: a price applies to future requests only",
                 param="effective_from",
             )
-        if await repository.price_starting_at(self._session, model.id, effective_from):
-            raise Conflict("a price for this model starts at that moment", param="effective_from")
         input_price = _price(body.input_per_mtok, "input_per_mtok")
         cached = body.cached_input_per_mtok
         price = Price(
@@ -83,6 +81,8 @@ class PriceService:
             output_per_mtok=_price(body.output_per_mtok, "output_per_mtok"),
             created_at=now,
         )
+        if await repository.price_starting_at(self._session, model.id, effective_from):
+            raise Conflict("a price for this model starts at that moment", param="effective_from")
         self._session.add(price)
         await self._flush("a price for this model starts at that moment")
         return price

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Literal, cast
+from typing import Literal
 
 from hydrant.platform.errors import InvalidRequest
 
@@ -74,7 +74,7 @@ def build_query(
     """The report query, defaulting to the 7 days up to `now`; 400 on anything malformed."""
     if group_by not in BUCKETS:
         raise InvalidRequest("group_by must be `day` or `hour`", param="group_by")
-    bucket = cast(Bucket, group_by)
+    bucket: Bucket = group_by
     end = parse_moment(until, param="until", end_of_day=True) if until else now
     start = parse_moment(since, param="since") if since else end - DEFAULT_SPAN
     if start >= end:

@@ -30,7 +30,7 @@ def check_limit(limit: int) -> int:
 
 async def page_after(
     session: AsyncSession,
-    statement: Select[tuple[T]],
+    statement: Select[T],
     model: Any,
     *,
     limit: int,

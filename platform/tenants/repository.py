@@ -28,6 +28,7 @@ async def find_tenant(session: AsyncSession, principal: Principal, ref: str) -> 
 
 
 async def tenant_name_taken(session: AsyncSession, name: str, *, other_than: str | None) -> bool:
+    """Unscoped on purpose: names are unique across tenants (only admins create or rename)."""
     statement = select(Tenant.id).where(Tenant.name == name)
     if other_than is not None:
         statement = statement.where(Tenant.id != other_than)

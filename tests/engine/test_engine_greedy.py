@@ -52,7 +52,9 @@ def _one_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module", params=PARITY_FAMILIES)
-def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Reference:
+def reference(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Reference:
     family: Family = request.param
     model_dir = build_tiny_model(tmp_path_factory.mktemp(family), family, seed=7)
     hf = load_hf_model(model_dir)
@@ -110,7 +112,7 @@ def test_batched_chunked_prefill_matches_transformers(
         mixed_steps += int(1 in sizes and any(n > 1 for n in sizes))
         return out
 
-    engine.scheduler.schedule = spy  # type: ignore[method-assign]
+    engine.scheduler.schedule = spy
     assert _generate(engine, reference.prompts) == reference.outputs
     assert mixed_steps > 0  # prefill chunks really ran in the same forward as decodes
     assert engine.scheduler.num_preemptions == 0
@@ -147,3 +149,12 @@ def test_preemption_without_prefix_caching(reference: Reference, engines: Engine
     subset = reference.prompts[16:28]
     assert _generate(engine, subset) == reference.outputs[16:28]
     assert engine.scheduler.num_preemptions > 0
+
+
+def test_kernel_package_ops_give_the_same_tokens(
+    reference: Reference, engines: EngineTracker
+) -> None:
+    """`hydrant.kernels.ops` (its CPU references here, Triton on CUDA) is a drop-in."""
+    engine = engines.make(reference.model_dir, kernels="hydrant")
+    assert engine.runner.model.ops.name == "hydrant"
+    assert _generate(engine, reference.prompts[:6]) == reference.outputs[:6]

@@ -25,6 +25,7 @@ from hydrant.engine.errors import MissingWeightError, ModelLoadError, Unsupporte
 from hydrant.engine.layers import build_rope_cache
 from hydrant.engine.loader import load_model
 from hydrant.engine.model import LlamaForCausalLM
+from hydrant.engine.ops import TORCH_OPS, KernelOps, hydrant_kernel_ops
 
 TOLERANCE = 1e-4
 BLOCK = 16
@@ -46,9 +47,13 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return dirs
 
 
-def _load(model_dir: Path, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+def _load(
+    model_dir: Path, dtype: torch.dtype = torch.float32, ops: KernelOps = TORCH_OPS
+) -> LlamaForCausalLM:
     config = ModelConfig.from_pretrained(model_dir)
-    return load_model(model_dir, config, "cpu", dtype, config.max_model_len, show_progress=False)
+    return load_model(
+        model_dir, config, "cpu", dtype, config.max_model_len, show_progress=False, ops=ops
+    )
 
 
 class PagedRun:
@@ -71,13 +76,17 @@ class PagedRun:
     def feed(self, tokens: list[int]) -> torch.Tensor:
         start, end = self.done, self.done + len(tokens)
         positions = torch.arange(start, end)
-        slots = torch.tensor([self.table[p // BLOCK] * BLOCK + p % BLOCK for p in range(start, end)])
+        slots = torch.tensor(
+            [self.table[p // BLOCK] * BLOCK + p % BLOCK for p in range(start, end)]
+        )
         table = torch.tensor([self.table], dtype=torch.int32)
         ctx = torch.tensor([end], dtype=torch.int32)
         empty_table = torch.zeros((0, 1), dtype=torch.int32)
         empty = torch.zeros(0, dtype=torch.int32)
         if len(tokens) == 1:
-            meta = AttentionMetadata(slots, 1, table, ctx, empty_table, torch.zeros(1, dtype=torch.int32), empty)
+            meta = AttentionMetadata(
+                slots, 1, table, ctx, empty_table, torch.zeros(1, dtype=torch.int32), empty
+            )
         else:
             cu = torch.tensor([0, len(tokens)], dtype=torch.int32)
             meta = AttentionMetadata(slots, 0, empty_table, empty, table, cu, ctx)
@@ -104,12 +113,25 @@ def test_prefill_logits_match_transformers(checkpoints: dict[str, Path], family:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_chunked_prefill_and_decode_logits_match(checkpoints: dict[str, Path], family: Family) -> None:
+def test_chunked_prefill_and_decode_logits_match(
+    checkpoints: dict[str, Path], family: Family
+) -> None:
     tokens = _tokens(60, seed=1)
     reference = _hf_logits(checkpoints[family], tokens)
     run = PagedRun(_load(checkpoints[family]))
     pieces = [run.feed(tokens[:23]), run.feed(tokens[23:50])]
     pieces += [run.feed([t]) for t in tokens[50:]]
+    diff = (torch.cat(pieces) - reference).abs().max().item()
+    assert diff < TOLERANCE, f"{family}: max |Δlogit| = {diff}"
+
+
+@pytest.mark.parametrize("family", ["gqa", "qwen2"])
+def test_kernel_package_ops_match_too(checkpoints: dict[str, Path], family: Family) -> None:
+    tokens = _tokens(50, seed=4)
+    reference = _hf_logits(checkpoints[family], tokens)
+    run = PagedRun(_load(checkpoints[family], ops=hydrant_kernel_ops()))
+    pieces = [run.feed(tokens[:30]), run.feed(tokens[30:45])]
+    pieces += [run.feed([t]) for t in tokens[45:]]
     diff = (torch.cat(pieces) - reference).abs().max().item()
     assert diff < TOLERANCE, f"{family}: max |Δlogit| = {diff}"
 
@@ -193,5 +215,7 @@ def test_unsupported_architecture_and_rope_type_are_refused(tmp_path: Path) -> N
             }
         )
     with pytest.raises(ModelLoadError, match="no safetensors"):
-        (tmp_path / "config.json").write_text(json.dumps({**base, "architectures": ["LlamaForCausalLM"]}))
+        (tmp_path / "config.json").write_text(
+            json.dumps({**base, "architectures": ["LlamaForCausalLM"]})
+        )
         _load(tmp_path)

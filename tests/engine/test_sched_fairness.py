@@ -13,6 +13,7 @@ from tiny_models import SchedulerSim as Sim
 
 from hydrant.engine.sequence import SequenceStatus
 
+
 def _keep_flooded(sim: Sim, tenant: str, depth: int, weight: float = 1.0) -> None:
     while len(sim.unfinished(tenant)) < depth:
         sim.submit(tenant, weight)

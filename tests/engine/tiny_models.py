@@ -16,8 +16,8 @@ from __future__ import annotations
 import functools
 import itertools
 import tempfile
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -26,6 +26,7 @@ from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.demo_model import write_demo_tokenizer
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.llm_engine import LLMEngine
+from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import Scheduler
@@ -58,6 +59,7 @@ _COMMON: dict[str, Any] = {
 def hf_config(family: Family) -> PretrainedConfig:
     """The transformers config of each tiny family."""
     from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
     if family == "llama":
         return LlamaConfig(**_COMMON)
     if family == "gqa":
@@ -131,8 +133,9 @@ def load_hf_model(model_dir: Path) -> PreTrainedModel:
 
 def hf_greedy(model: PreTrainedModel, prompt: list[int], max_new_tokens: int) -> list[int]:
     """transformers' `generate(do_sample=False)` continuation of one unpadded prompt."""
+    generate: Any = model.generate  # transformers' stubs type it oddly
     with torch.inference_mode():
-        out = model.generate(
+        out = generate(
             torch.tensor([prompt]),
             do_sample=False,
             max_new_tokens=max_new_tokens,
@@ -173,9 +176,11 @@ class EngineTracker:
     def __init__(self) -> None:
         self.engines: list[LLMEngine] = []
 
-    def make(self, model_dir: Path, **config: Any) -> LLMEngine:
+    def make(
+        self, model_dir: Path, metrics: EngineMetrics | None = None, **config: Any
+    ) -> LLMEngine:
         settings = {"kv_cache_bytes": 1 << 22, "show_progress": False, **config}
-        engine = LLMEngine.from_pretrained(model_dir, EngineConfig(**settings))
+        engine = LLMEngine.from_pretrained(model_dir, EngineConfig(**settings), metrics)
         self.engines.append(engine)
         return engine
 
@@ -243,7 +248,9 @@ class SchedulerSim:
 
     def unfinished(self, tenant: str) -> list[Sequence]:
         return [
-            s for s in (*self.scheduler.waiting, *self.scheduler.running) if s.request.tenant_id == tenant
+            s
+            for s in (*self.scheduler.waiting, *self.scheduler.running)
+            if s.request.tenant_id == tenant
         ]
 
     def waiting(self, tenant: str) -> int:

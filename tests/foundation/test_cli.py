@@ -39,7 +39,11 @@ def test_each_command_has_help(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("args", "issue"),
-    [(["worker"], "#6"), (["report"], "#4"), (["jobs", "beat"], "#7")],
+    [
+        (["worker"], "#6"),
+        (["jobs", "beat"], "#7"),
+        (["models", "quantize", ".", "x", "--mode", "int8"], "#5"),
+    ],
 )
 def test_later_features_refuse_instead_of_pretending(args: list[str], issue: str) -> None:
     result = CliRunner().invoke(cli, args)
@@ -63,3 +67,31 @@ def test_bad_setting_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["migrate"], env={"HYDRANT_PORT": "x"})
     assert result.exit_code == 2
     assert "HYDRANT_PORT" in result.output
+
+
+def test_capacity_works_the_fields_example() -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "capacity",
+            "--model",
+            "llama-3-8b",
+            "--memory-gib",
+            "80",
+            "--prompt-tokens",
+            "512",
+            "--output-tokens",
+            "1536",
+            "--max-num-seqs",
+            "256",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "KV blocks                28,693" in result.output
+    assert "max_num_seqs=256 cannot all fit" in result.output
+
+
+def test_capacity_rejects_unknown_shapes() -> None:
+    result = CliRunner().invoke(cli, ["capacity", "--model", "gpt-9"])
+    assert result.exit_code == 2
+    assert "gpt-9" in result.output

@@ -33,7 +33,7 @@ class PagedKV:
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out64, ref64 = out.to(torch.float64), ref.to(torch.float64)
+    out64, ref64 = out.detach().to(torch.float64), ref.detach().to(torch.float64)
     return float((out64 - ref64).norm() / ref64.norm().clamp(min=1e-30))
 
 
@@ -55,6 +55,8 @@ def make_paged_kv(
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     ids = (torch.randperm(num_blocks - 1, generator=gen) + 1).tolist()
     tables = torch.full((len(lens), max_blocks), POISON_BLOCK, dtype=torch.int32)
+    ks: torch.Tensor | None
+    vs: torch.Tensor | None
     if int8:
         k = torch.full(shape, -128, dtype=torch.int8)
         v = torch.full(shape, -128, dtype=torch.int8)
@@ -70,10 +72,12 @@ def make_paged_kv(
         for pos in range(n):
             blk, off = blocks[pos // block_size], pos % block_size
             if int8:
-                k[blk, off] = torch.randint(-127, 128, (num_kv_heads, head_dim), generator=gen,
-                                            dtype=torch.int8)
-                v[blk, off] = torch.randint(-127, 128, (num_kv_heads, head_dim), generator=gen,
-                                            dtype=torch.int8)
+                k[blk, off] = torch.randint(
+                    -127, 128, (num_kv_heads, head_dim), generator=gen, dtype=torch.int8
+                )
+                v[blk, off] = torch.randint(
+                    -127, 128, (num_kv_heads, head_dim), generator=gen, dtype=torch.int8
+                )
                 assert ks is not None and vs is not None
                 ks[blk, off] = torch.rand(num_kv_heads, generator=gen) * 0.02 + 1e-3
                 vs[blk, off] = torch.rand(num_kv_heads, generator=gen) * 0.02 + 1e-3

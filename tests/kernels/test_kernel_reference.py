@@ -48,8 +48,9 @@ def test_prefill_reference_matches_sdpa(
         q, kv.k_cache, kv.v_cache, kv.block_tables, cu, kv.context_lens, 0.125, **kv.scales
     )
     for b in range(len(lens)):
-        expected = sdpa_causal(q[cu[b] : cu[b + 1]], gathered(kv, b, "k"), gathered(kv, b, "v"),
-                               0.125)
+        expected = sdpa_causal(
+            q[cu[b] : cu[b + 1]], gathered(kv, b, "k"), gathered(kv, b, "v"), 0.125
+        )
         assert rel_error(out[cu[b] : cu[b + 1]], expected) < 1e-5
 
 
@@ -70,8 +71,9 @@ def test_prefill_reference_rejects_more_queries_than_context(gen: torch.Generato
     q = torch.randn(4, 1, 64, generator=gen)
     cu = torch.tensor([0, 4], dtype=torch.int32)
     with pytest.raises(ValueError, match="q_len <= context_len"):
-        reference.paged_prefill_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, cu,
-                                          kv.context_lens, 1.0)
+        reference.paged_prefill_attention(
+            q, kv.k_cache, kv.v_cache, kv.block_tables, cu, kv.context_lens, 1.0
+        )
 
 
 def test_write_kv_reference_places_tokens_and_skips_padding(gen: torch.Generator) -> None:
@@ -114,15 +116,26 @@ def test_rms_norm_reference_matches_transformers(gen: torch.Generator) -> None:
     [
         {"rope_type": "default", "rope_theta": 10000.0},
         {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
-        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-         "original_max_position_embeddings": 64, "rope_theta": 500000.0},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "rope_theta": 500000.0,
+        },
     ],
 )
 def test_rope_cache_and_rotary_reference_match_transformers(
     gen: torch.Generator, rope_parameters: dict[str, float | str]
 ) -> None:
-    config = LlamaConfig(hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, rope_parameters=rope_parameters)
+    config = LlamaConfig(
+        hidden_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rope_parameters=rope_parameters,
+    )
     positions = torch.tensor([0, 1, 7, 63, 64, 200, 511])
     q = torch.randn(7, 4, 64, generator=gen)
     k = torch.randn(7, 2, 64, generator=gen)

@@ -7,21 +7,26 @@ swapped for one whose wall clock and cache clock the test moves by hand.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from sqlalchemy import Select
 
 from hydrant.platform.app import create_app
+from hydrant.platform.auth.last_used import LastUsedRecorder
 from hydrant.platform.auth.plugin import bootstrap_key
 from hydrant.platform.auth.service import Authenticator
 from hydrant.platform.keys.codec import generate_key
 from hydrant.settings import Settings, load_settings
+
+T = TypeVar("T")
 
 SERVER_SECRET = "test-server-secret-0123456789abcdef"
 INVALID_BODY = {
@@ -64,6 +69,21 @@ class ControlPlane:
     def authenticator(self) -> Authenticator:
         authenticator: Authenticator = self.app.state.authenticator
         return authenticator
+
+    async def in_app(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run `fn` on the app's event loop (its connection pool lives there; asyncpg
+        connections cannot cross loops), without blocking the test's loop."""
+        return await asyncio.to_thread(self.client.blocking_portal.call, fn)
+
+    async def execute(self, statement: Any) -> Any:
+        """One statement in its own unit of work on the app's database; scalar result."""
+
+        async def run() -> Any:
+            async with self.app.state.database.session() as session:
+                result = await session.execute(statement)
+                return result.scalar() if isinstance(statement, Select) else None
+
+        return await self.in_app(run)
 
     @property
     def admin(self) -> dict[str, str]:
@@ -120,6 +140,8 @@ async def control_plane(
         clock=clock.now,
         monotonic=clock.monotonic,
         bootstrap_key=bootstrap_key(settings),
+        # Tests flush by hand; a background flush mid-test would race their assertions.
+        last_used=LastUsedRecorder(app.state.database, flush_every_s=3600),
     )
     async with AsyncTestClient(app) as client:
         yield ControlPlane(app, client, clock, admin_secret, settings)

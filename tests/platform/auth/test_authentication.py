@@ -46,7 +46,7 @@ async def test_every_bad_key_answers_the_same_401(cp: ControlPlane) -> None:
     revoked_id = next(k["id"] for k in beta_key if revoked.startswith(k["prefix"]))
     assert (await cp.client.post(f"/admin/keys/{revoked_id}/revoke", headers=cp.admin)).is_success
     tenant = await cp.create_tenant("gamma")
-    expiring, expired = await cp.create_key(
+    _, expired = await cp.create_key(
         tenant["id"], expires_at=(cp.clock.wall + timedelta(seconds=30)).isoformat()
     )
     assert (await _account(cp, expired))[0] == 200
@@ -114,12 +114,11 @@ async def test_a_key_revoked_elsewhere_stops_within_the_cache_ttl(cp: ControlPla
     _, secret = await cp.tenant_with_key("acme")
     assert (await _account(cp, secret))[0] == 200
     # Another gateway node revokes it: this node's cache does not hear about it.
-    async with cp.app.state.database.session() as session:
-        await session.execute(
-            update(ApiKey)
-            .where(ApiKey.prefix == secret[: len("hyd_test_") + PREFIX_RANDOM_LENGTH])
-            .values(revoked_at=cp.clock.wall)
-        )
+    await cp.execute(
+        update(ApiKey)
+        .where(ApiKey.prefix == secret[: len("hyd_test_") + PREFIX_RANDOM_LENGTH])
+        .values(revoked_at=cp.clock.wall)
+    )
     cp.clock.mono += cp.authenticator.cache.ttl_s - 0.5
     assert (await _account(cp, secret))[0] == 200  # still cached: bounded staleness
     cp.clock.mono += 0.5
@@ -171,21 +170,21 @@ async def test_rotation_without_grace_stops_the_old_key_now(cp: ControlPlane) ->
 async def test_last_used_is_written_at_most_once_a_minute(cp: ControlPlane) -> None:
     tenant = await cp.create_tenant("acme")
     key, secret = await cp.create_key(tenant["id"])
+    recorder = cp.authenticator.last_used
+    await cp.in_app(recorder.flush)  # the admin key's use
     first_use = cp.clock.wall
     for _ in range(3):
         assert (await _account(cp, secret))[0] == 200
         cp.clock.advance(10)
-    recorder = cp.authenticator.last_used
     assert list(recorder.pending) == [key["id"]]
-    assert await recorder.flush() == 1
-    assert await recorder.flush() == 0  # nothing new within the minute
+    assert await cp.in_app(recorder.flush) == 1
+    assert await cp.in_app(recorder.flush) == 0  # nothing new within the minute
 
     async def stored() -> object:
-        async with cp.app.state.database.session() as session:
-            return await session.scalar(select(ApiKey.last_used_at).where(ApiKey.id == key["id"]))
+        return await cp.execute(select(ApiKey.last_used_at).where(ApiKey.id == key["id"]))
 
     assert await stored() == first_use
     cp.clock.advance(31)  # 61 s after the first use
     assert (await _account(cp, secret))[0] == 200
-    assert await recorder.flush() == 1
+    assert await cp.in_app(recorder.flush) == 1
     assert await stored() == cp.clock.wall

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "auth"))
 
-from control_plane_helpers import ControlPlane, control_plane  # noqa: E402
+from control_plane_helpers import ControlPlane, control_plane
 
 
 @pytest.fixture()

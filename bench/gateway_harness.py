@@ -1,0 +1,209 @@
+"""The gateway process of `bench/gateway.py`: the real app, with clocks around the engine.
+
+It builds the gateway exactly as `hydrant serve` does (auth, quotas, ledger,
+in-process engine) and serves it with uvicorn, adding two clocks that change
+nothing on the request path: one around the engine client (the time the
+gateway waits on the engine for each request, by request id) and one around
+the ASGI app (from the app being called to the last body byte handed to the
+server). The orchestrator asks for these over a pipe after each load level,
+and also asks this process for the baseline: the same requests sent straight
+to the same in-process engine, with no HTTP, auth, quotas or ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import io
+import logging
+import pstats
+import time
+import uuid
+from collections.abc import AsyncIterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from hydrant.engine.protocol import EngineClient, EngineStats, GenerateChunk, GenerateRequest
+from hydrant.engine.protocol import Sampling
+
+MESSAGES = [{"role": "user", "content": "Say one word."}]
+
+
+class TimedEngineClient:
+    """`EngineClient` that adds up, per request, the time spent waiting on the engine.
+
+    Only the waits inside the inner stream count: while the gateway holds a
+    chunk (rendering it, say), the clock is stopped, so that time is overhead.
+    """
+
+    def __init__(self, inner: EngineClient, times: dict[str, float]) -> None:
+        self.inner = inner
+        self.times = times
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        stream = self.inner.generate(request)
+        waited = 0.0
+        try:
+            while True:
+                started = time.perf_counter()
+                try:
+                    chunk = await stream.__anext__()
+                except StopAsyncIteration:
+                    return
+                finally:
+                    waited += time.perf_counter() - started
+                    self.times[request.request_id] = waited
+                yield chunk
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+    def stats(self) -> EngineStats:
+        return self.inner.stats()
+
+
+class ServerClock:
+    """ASGI wrapper: seconds from the app's call to its last body message, by request id."""
+
+    def __init__(self, app: Any, times: dict[str, float]) -> None:
+        self.app = app
+        self.times = times
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        request_id = ""
+
+        async def timed_send(message: Any) -> None:
+            nonlocal request_id
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if name == b"x-request-id":
+                        request_id = value.decode()
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                if request_id:
+                    self.times[request_id] = time.perf_counter() - started
+
+        await self.app(scope, receive, timed_send)
+
+
+async def baseline(
+    client: EngineClient, prompt: list[int], concurrency: int, count: int
+) -> tuple[list[float], float]:
+    """The same requests straight to the engine: per-request latencies and the wall time."""
+    latencies: list[float] = []
+    remaining = count
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            request = GenerateRequest(
+                request_id=f"base_{uuid.uuid4().hex}",
+                prompt_token_ids=prompt,
+                sampling=Sampling(max_tokens=1, temperature=0.0),
+            )
+            started = time.perf_counter()
+            async for _ in client.generate(request):
+                pass
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - started
+
+
+def _profile_text(profile: cProfile.Profile, top: int = 30) -> str:
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+async def _serve(conn: Connection, config: dict[str, Any]) -> None:
+    import uvicorn
+
+    from hydrant.platform.app import create_app
+    from hydrant.platform.db.session import Database
+    from hydrant.platform.gateway import Gateway
+    from hydrant.runtime import load_embedded_engines
+    from hydrant.settings import ModelSpec, Settings
+
+    settings = Settings(
+        data_dir=Path(config["data_dir"]),
+        database_url=config["database_url"],
+        redis_url=config["redis_url"],
+        models=(ModelSpec("demo", Path(config["model_dir"])),),
+        admin_bootstrap_key=config["admin_key"],
+        secret_key=config["secret_key"],
+        auto_migrate=False,
+        kv_cache_bytes=64 * 1024 * 1024,
+        log_level="WARNING",
+    )
+    engines = load_embedded_engines(settings)
+    model = engines.registry.get("demo")
+    raw_client = model.client
+    engine_times: dict[str, float] = {}
+    server_times: dict[str, float] = {}
+    model.client = TimedEngineClient(raw_client, engine_times)
+    database = Database(settings.effective_database_url)
+    gateway = Gateway.build(settings, database, engines.registry)
+    app = create_app(settings, database=database, gateway=gateway)
+    app.on_shutdown.append(engines.shutdown)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            ServerClock(app, server_times),
+            host="127.0.0.1",
+            port=config["port"],
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+        )
+    )
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()
+            raise RuntimeError("uvicorn stopped before it started")
+        await asyncio.sleep(0.05)
+    prompt = model.tokenizer.encode_chat(MESSAGES)
+    loop = asyncio.get_running_loop()
+    profile: cProfile.Profile | None = None
+    conn.send(("ready", None))
+    while True:
+        command, argument = await loop.run_in_executor(None, conn.recv)
+        if command == "baseline":
+            conn.send(("baseline", await baseline(raw_client, prompt, *argument)))
+        elif command == "times":
+            conn.send(("times", (dict(engine_times), dict(server_times))))
+            engine_times.clear()
+            server_times.clear()
+        elif command == "profile_start":
+            profile = cProfile.Profile()
+            profile.enable()
+            conn.send(("ok", None))
+        elif command == "profile_stop" and profile is not None:
+            profile.disable()
+            conn.send(("profile", _profile_text(profile)))
+        else:
+            break
+    server.should_exit = True
+    await serving
+
+
+def run_gateway(conn: Connection, config: dict[str, Any]) -> None:
+    """The child process's entry point (multiprocessing, spawn)."""
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        asyncio.run(_serve(conn, config))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        conn.close()

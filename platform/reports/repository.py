@@ -1,0 +1,144 @@
+"""The one aggregate query behind every report: ledger entries grouped by bucket, tenant, model.
+
+Everything is summed in SQL; Python only turns bucket labels into datetimes.
+Buckets are cut by `finished_at` in UTC with each backend's own function
+(PostgreSQL `date_trunc` on the UTC wall time, SQLite `strftime` on the UTC
+text it stores). Money must add up to the cent, so how it is summed depends on
+the backend too: PostgreSQL sums `NUMERIC` exactly; SQLite has no decimal type
+(it keeps `NUMERIC` as a binary float, and its `SUM` of floats drifts), so each
+stored amount is first turned back into its exact integer count of micro-units
+(every stored amount has at most 6 places, so `ROUND(x * 10^6)` recovers it)
+and those integers are summed, which SQLite does exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import BigInteger, ColumnElement, Select, cast, func, literal_column, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hydrant.platform.auth.principal import Principal
+from hydrant.platform.auth.scoping import scope_to
+from hydrant.platform.billing.money import STORAGE_PLACES
+from hydrant.platform.db.models import LedgerEntry, ModelDeployment
+from hydrant.platform.reports.query import Bucket, ReportQuery
+
+SECONDS_PLACES = 9  # the scale of `device_seconds` (NUMERIC(20, 9))
+_SQLITE_FORMATS: dict[Bucket, str] = {"day": "%Y-%m-%d 00:00:00", "hour": "%Y-%m-%d %H:00:00"}
+
+
+class UnsupportedDatabase(RuntimeError):
+    """Reports know how to bucket and sum on PostgreSQL and SQLite only."""
+
+
+@dataclass(frozen=True)
+class AggregateRow:
+    """One (bucket, tenant, model) group: exact sums, money as Decimal."""
+
+    bucket: datetime
+    tenant_id: str
+    model: str
+    requests: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    charged: Decimal
+    device_seconds: Decimal
+    device_cost: Decimal
+
+    @property
+    def margin(self) -> Decimal:
+        return self.charged - self.device_cost
+
+
+def _dialect(session: AsyncSession) -> str:
+    return session.bind.dialect.name if session.bind is not None else "sqlite"
+
+
+def bucket_of(dialect: str, unit: Bucket) -> ColumnElement[Any]:
+    """The start of the UTC day or hour of `finished_at`, as each backend computes it.
+
+    The constants are inlined (not bound) so the SELECT and GROUP BY expressions
+    are the same SQL text, which PostgreSQL requires; they come from a closed set.
+    """
+    column = LedgerEntry.finished_at
+    if dialect == "postgresql":
+        utc_wall_time = func.timezone(literal_column("'UTC'"), column)
+        return func.date_trunc(literal_column(f"'{unit}'"), utc_wall_time)
+    if dialect == "sqlite":
+        return func.strftime(literal_column(f"'{_SQLITE_FORMATS[unit]}'"), column)
+    raise UnsupportedDatabase(f"reports do not support the {dialect!r} database")
+
+
+def exact_sum(dialect: str, column: Any, places: int) -> ColumnElement[Any]:
+    """SUM of a fixed-point column without float drift (see the module docstring)."""
+    if dialect == "postgresql":
+        return func.coalesce(func.sum(column), 0)
+    scaled = cast(func.round(column * (10**places)), BigInteger)
+    return func.coalesce(func.sum(scaled), 0)
+
+
+def _decimal(value: Any, dialect: str, places: int) -> Decimal:
+    if dialect == "postgresql":
+        return value if isinstance(value, Decimal) else Decimal(int(value))
+    return Decimal(int(value)).scaleb(-places)
+
+
+def _bucket_value(value: Any) -> datetime:
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def aggregate_statement(dialect: str, principal: Principal, query: ReportQuery) -> Select[Any]:
+    bucket = bucket_of(dialect, query.group_by).label("bucket")
+    statement = (
+        select(
+            bucket,
+            LedgerEntry.tenant_id,
+            ModelDeployment.name,
+            func.count().label("requests"),
+            func.coalesce(func.sum(LedgerEntry.input_tokens), 0),
+            func.coalesce(func.sum(LedgerEntry.cached_tokens), 0),
+            func.coalesce(func.sum(LedgerEntry.output_tokens), 0),
+            exact_sum(dialect, LedgerEntry.charged, STORAGE_PLACES),
+            exact_sum(dialect, LedgerEntry.device_seconds, SECONDS_PLACES),
+            exact_sum(dialect, LedgerEntry.device_cost, STORAGE_PLACES),
+        )
+        .join(ModelDeployment, ModelDeployment.id == LedgerEntry.model_id)
+        .where(LedgerEntry.finished_at >= query.since, LedgerEntry.finished_at < query.until)
+    )
+    if query.tenant_id is not None:
+        statement = statement.where(LedgerEntry.tenant_id == query.tenant_id)
+    if query.model is not None:
+        statement = statement.where(ModelDeployment.name == query.model)
+    statement = scope_to(statement, LedgerEntry, principal)
+    group = (bucket_of(dialect, query.group_by), LedgerEntry.tenant_id, ModelDeployment.name)
+    return statement.group_by(*group).order_by(*group)
+
+
+async def aggregate(
+    session: AsyncSession, principal: Principal, query: ReportQuery
+) -> Sequence[AggregateRow]:
+    """The report's rows, in bucket, tenant, model order, seen through `principal`'s scope."""
+    dialect = _dialect(session)
+    result = await session.execute(aggregate_statement(dialect, principal, query))
+    return [
+        AggregateRow(
+            bucket=_bucket_value(row[0]),
+            tenant_id=row[1],
+            model=row[2],
+            requests=int(row[3]),
+            input_tokens=int(row[4]),
+            cached_tokens=int(row[5]),
+            output_tokens=int(row[6]),
+            charged=_decimal(row[7], dialect, STORAGE_PLACES),
+            device_seconds=_decimal(row[8], dialect, SECONDS_PLACES),
+            device_cost=_decimal(row[9], dialect, STORAGE_PLACES),
+        )
+        for row in result.all()
+    ]

@@ -1,0 +1,163 @@
+"""The official `openai` client against a real `hydrant serve` process.
+
+Usage reported to the client must equal what the ledger recorded, and the
+prompt token count must equal what the model's own tokenizer gives.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from hydrant_server import RunningServer, hydrant_server
+
+from hydrant.engine.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with hydrant_server(tmp_path_factory.mktemp("serve"), demo_model_dir) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server: RunningServer) -> openai.OpenAI:
+    _, secret = server.tenant_key("openai-client")
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0)
+
+
+def _ledger(server: RunningServer, request_id: str) -> tuple[object, ...] | None:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with sqlite3.connect(server.data_dir / "hydrant.db") as db:
+            row = db.execute(
+                "SELECT status, input_tokens, cached_tokens, output_tokens, charged "
+                "FROM ledger_entries WHERE request_id = ?",
+                (request_id,),
+            ).fetchone()
+        if row is not None:
+            return tuple(row)
+        time.sleep(0.1)
+    return None
+
+
+MESSAGES = [{"role": "user", "content": "Write one line about rivers."}]
+
+
+def test_chat_completion_usage_matches_tokenizer_and_ledger(
+    server: RunningServer, client: openai.OpenAI, demo_model_dir: Path
+) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="demo", messages=MESSAGES, max_tokens=12, temperature=0  # type: ignore[arg-type]
+    )
+    request_id = raw.headers["x-request-id"]
+    completion = raw.parse()
+    assert completion.object == "chat.completion"
+    assert completion.id == f"chatcmpl-{request_id}"
+    choice = completion.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.finish_reason in {"stop", "length"}
+    usage = completion.usage
+    assert usage is not None
+    expected_prompt = len(Tokenizer.from_pretrained(demo_model_dir).encode_chat(MESSAGES))
+    assert usage.prompt_tokens == expected_prompt
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    if choice.finish_reason == "length":
+        assert usage.completion_tokens == 12
+    entry = _ledger(server, request_id)
+    assert entry is not None
+    status, input_tokens, cached, output_tokens, charged = entry
+    assert (status, input_tokens, output_tokens) == (
+        "finished", usage.prompt_tokens, usage.completion_tokens
+    )
+    assert cached == usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    # default price book: 0.10 / 0.05 (cached) / 0.40 per million tokens
+    expected = (
+        Decimal(input_tokens - cached) * Decimal("0.10")  # type: ignore[operator]
+        + Decimal(cached) * Decimal("0.05")  # type: ignore[arg-type]
+        + Decimal(output_tokens) * Decimal("0.40")  # type: ignore[arg-type]
+    ) / Decimal(1_000_000)
+    assert Decimal(str(charged)) == expected.quantize(Decimal("0.000001"))
+
+
+def test_greedy_is_deterministic(client: openai.OpenAI) -> None:
+    texts = {
+        client.chat.completions.create(
+            model="demo", messages=MESSAGES, max_tokens=8, temperature=0  # type: ignore[arg-type]
+        ).choices[0].message.content
+        for _ in range(2)
+    }
+    assert len(texts) == 1
+
+
+def test_streaming_chat_with_usage(server: RunningServer, client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="demo",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=10,
+        stream=True,
+        stream_options={"include_usage": True},
+        seed=7,
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish and finish[-1] in {"stop", "length"}
+    usage = chunks[-1].usage
+    assert usage is not None and chunks[-1].choices == []
+    assert usage.completion_tokens >= 1
+    same = client.chat.completions.create(
+        model="demo", messages=MESSAGES, max_tokens=10, seed=7  # type: ignore[arg-type]
+    )
+    assert same.choices[0].message.content == text  # same seed, streamed or not
+
+
+def test_completions_and_n(client: openai.OpenAI) -> None:
+    completion = client.completions.create(
+        model="demo", prompt="Once upon a time", max_tokens=6, n=2, temperature=1.0, seed=3,
+        logprobs=2,
+    )
+    assert completion.object == "text_completion"
+    assert [c.index for c in completion.choices] == [0, 1]
+    usage = completion.usage
+    assert usage is not None
+    assert usage.completion_tokens == sum(
+        len(c.logprobs.tokens) for c in completion.choices  # type: ignore[union-attr]
+    )
+    for choice in completion.choices:
+        assert choice.logprobs is not None
+        assert all(lp <= 0 for lp in choice.logprobs.token_logprobs)
+        assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs)
+
+
+def test_models_list(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list()] == ["demo"]
+
+
+def test_errors_are_openai_errors(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="nope", messages=MESSAGES)  # type: ignore[arg-type]
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(
+            model="demo", messages=MESSAGES, max_tokens=10**6  # type: ignore[arg-type]
+        )
+    assert bad.value.code == "context_length_exceeded"
+    wrong = openai.OpenAI(base_url=client.base_url, api_key="hyd_live_nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+
+
+def test_every_response_has_a_request_id(server: RunningServer) -> None:
+    for path in ("/healthz", "/v1/models", "/no/such/route"):
+        response = httpx.get(server.base_url + path)
+        assert response.headers["x-request-id"].startswith("req_"), path

@@ -1,0 +1,170 @@
+"""Bad input on /v1 is always a 4xx in OpenAI's error shape, never a 500, and costs no engine work.
+
+The app runs in-process with the real demo-model engine, real auth and the
+real ledger on SQLite; requests go through Litestar's ASGI test client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from hydrant.platform.app import create_app
+from hydrant.platform.db import migrate
+from hydrant.platform.db.session import Database
+from hydrant.platform.gateway import Gateway
+from hydrant.platform.keys import generate_key
+from hydrant.runtime import load_embedded_engines
+from hydrant.settings import ModelSpec, load_settings
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture()
+async def api(
+    demo_model_dir: Path, tmp_path: Path
+) -> AsyncIterator[tuple[AsyncTestClient[Litestar], str]]:
+    admin = generate_key("test").secret
+    settings = load_settings(
+        {},
+        data_dir=tmp_path,
+        models=(ModelSpec("demo", demo_model_dir),),
+        admin_bootstrap_key=admin,
+        kv_cache_bytes=16 * 1024 * 1024,
+        max_request_body_bytes=64 * 1024,
+    )
+    import asyncio
+
+    await asyncio.to_thread(migrate.upgrade, settings.effective_database_url)
+    engines = load_embedded_engines(settings)
+    database = Database(settings.effective_database_url)
+    app = create_app(
+        settings, database=database, gateway=Gateway.build(settings, database, engines.registry)
+    )
+    app.on_shutdown.append(engines.shutdown)  # on the app's own loop, as `hydrant serve` does
+    async with AsyncTestClient(app) as client:
+        headers = {"Authorization": f"Bearer {admin}"}
+        tenant = await client.post("/admin/tenants", json={"name": "t"}, headers=headers)
+        key = await client.post(
+            "/admin/keys", json={"tenant_id": tenant.json()["id"]}, headers=headers
+        )
+        yield client, key.json()["secret"]
+
+
+def _is_openai_error(body: Any) -> bool:
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and {"message", "type", "param", "code"} <= set(error)
+
+
+CHAT = "/v1/chat/completions"
+GOOD = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        (b"{not json", 400, None),
+        (b"", 400, None),
+        (b"[1, 2]", 400, None),
+        (json.dumps({**GOOD, "max_tokens": "many"}).encode(), 400, "max_tokens"),
+        (json.dumps({**GOOD, "messages": "hi"}).encode(), 400, "messages"),
+        (json.dumps({**GOOD, "messages": []}).encode(), 400, "messages"),
+        (json.dumps({**GOOD, "model": "gpt-17"}).encode(), 404, "model"),
+        (json.dumps({**GOOD, "max_tokens": 10**9}).encode(), 400, "max_tokens"),
+        (json.dumps({**GOOD, "max_tokens": 0}).encode(), 400, "max_tokens"),
+        (json.dumps({**GOOD, "n": 0}).encode(), 400, "n"),
+        (json.dumps({**GOOD, "temperature": -1}).encode(), 400, "temperature"),
+        (json.dumps({**GOOD, "top_p": 7}).encode(), 400, "top_p"),
+        (json.dumps({**GOOD, "top_logprobs": 3}).encode(), 400, "top_logprobs"),
+        (
+            json.dumps({**GOOD, "messages": [{"role": "wizard", "content": "x"}]}).encode(),
+            400,
+            "messages[0].role",
+        ),
+        (json.dumps({**GOOD, "stop": ["a", "b", "c", "d", "e"]}).encode(), 400, "stop"),
+        (b'{"model": "demo", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
+        (
+            json.dumps(
+                {**GOOD, "messages": [{"role": "user", "content": "word " * 3000}]}
+            ).encode(),
+            422,
+            "messages",
+        ),
+        (b"x" * (65 * 1024), 413, None),
+    ],
+)
+async def test_bad_chat_requests(
+    api: tuple[AsyncTestClient[Litestar], str], body: bytes, status: int, param: str | None
+) -> None:
+    client, key = api
+    response = await client.post(
+        CHAT,
+        content=body,
+        headers={"Authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
+    assert response.status_code == status, response.text
+    payload = response.json()
+    assert _is_openai_error(payload), payload
+    if param is not None:
+        assert payload["error"]["param"] == param
+    assert response.headers["x-request-id"].startswith("req_")
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "demo", "prompt": ""}, "prompt"),
+        ({"model": "demo", "prompt": [999999]}, "prompt"),
+        ({"model": "demo", "prompt": [-1]}, "prompt"),
+        ({"model": "demo", "prompt": ["a", "b"]}, "prompt"),
+        ({"model": "demo", "prompt": "x", "logprobs": 9}, "logprobs"),
+        ({"model": "demo", "prompt": "x", "suffix": "y"}, "suffix"),
+    ],
+)
+async def test_bad_completion_requests(
+    api: tuple[AsyncTestClient[Litestar], str], body: dict[str, Any], param: str
+) -> None:
+    client, key = api
+    response = await client.post(
+        "/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
+async def test_good_request_still_served_after_bad_ones(
+    api: tuple[AsyncTestClient[Litestar], str],
+) -> None:
+    client, key = api
+    headers = {"Authorization": f"Bearer {key}"}
+    await client.post(CHAT, content=b"{", headers=headers)
+    response = await client.post(CHAT, json=GOOD, headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] >= 1
+
+
+async def test_anonymous_and_admin_keys_cannot_infer(
+    api: tuple[AsyncTestClient[Litestar], str],
+) -> None:
+    client, _ = api
+    anonymous = await client.post(CHAT, json=GOOD)
+    assert anonymous.status_code == 401
+    assert _is_openai_error(anonymous.json())
+
+
+async def test_bos_flood_is_refused(api: tuple[AsyncTestClient[Litestar], str]) -> None:
+    client, key = api
+    flood = {**GOOD, "messages": [{"role": "user", "content": "<|begin_of_text|>" * 200}]}
+    response = await client.post(CHAT, json=flood, headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "abusive_prompt"

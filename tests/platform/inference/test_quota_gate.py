@@ -1,0 +1,152 @@
+"""The request path's gate: tiers at their boundaries, the long lane, limits, budgets, outages.
+
+Runs the real `QuotaGate` over the in-memory backend and, for the outage,
+a real Redis client pointed at a closed port (fail closed by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+
+import pytest
+
+from hydrant.engine.protocol import RequestUsage, Sampling
+from hydrant.platform.billing.pricing import Price
+from hydrant.platform.db.base import utcnow
+from hydrant.platform.errors import BudgetExhausted, RateLimited, ServiceUnavailable, Unprocessable
+from hydrant.platform.inference.accounting import Outcome, RequestContext
+from hydrant.platform.inference.params import PreparedRequest
+from hydrant.platform.inference.quota_gate import QuotaGate
+from hydrant.platform.quotas import GuardedQuotaBackend, InMemoryQuotaBackend, TierPolicy
+from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
+from hydrant.platform.tenants.policy import PlanPolicy
+
+PRICE = Price(input_per_million=Decimal("1"), output_per_million=Decimal("2"))
+
+
+def plan(**overrides: object) -> PlanPolicy:
+    values: dict[str, object] = {
+        "plan_id": "pln_test",
+        "name": "test",
+        "tiers": TierPolicy(long_queue_timeout_s=0.2),
+        "requests_per_minute": None,
+        "tokens_per_minute": None,
+        "max_concurrent_requests": None,
+        "tokens_per_day": None,
+        "tokens_per_month": None,
+        "spend_per_day": None,
+        "spend_per_month": None,
+        "fair_share_weight": Decimal(1),
+        "allowed_models": None,
+    }
+    values.update(overrides)
+    return PlanPolicy(**values)  # type: ignore[arg-type]
+
+
+def ctx(
+    prompt: int, max_tokens: int, policy: PlanPolicy | None = None, key: str = "k1"
+) -> RequestContext:
+    return RequestContext(
+        request_id="req_x",
+        tenant_id="ten_a",
+        api_key_id=key,
+        key_prefix="hyd_test_abc",
+        model="demo",
+        prepared=PreparedRequest(
+            prompt_token_ids=[1] * prompt,
+            sampling=Sampling(max_tokens=max_tokens),
+            stream=False,
+            include_usage=False,
+        ),
+        plan=policy or plan(),
+        max_model_len=100_000,
+    )
+
+
+def outcome(prompt: int, completion: int) -> Outcome:
+    return Outcome(
+        status="finished",
+        usage=RequestUsage(
+            prompt_tokens=prompt, cached_tokens=0, completion_tokens=completion, device_ns=0
+        ),
+        finished_at=utcnow(),
+    )
+
+
+def gate(**kwargs: object) -> QuotaGate:
+    return QuotaGate(GuardedQuotaBackend(InMemoryQuotaBackend()), lambda _: PRICE, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_free_tier_has_no_per_key_rate() -> None:
+    g = gate()
+    for _ in range(50):
+        admission = await g.admit(ctx(300, 211))  # 511 tokens: free-flowing
+        await admission.settle(outcome(300, 10))
+
+
+@pytest.mark.parametrize("size", [512, 2048])
+async def test_limited_tier_allows_ten_per_second_per_key(size: int) -> None:
+    g = gate()
+    for _ in range(10):
+        await g.admit(ctx(size - 100, 100))
+    with pytest.raises(RateLimited) as refused:
+        await g.admit(ctx(size - 100, 100))
+    assert refused.value.retry_after is not None and refused.value.retry_after > 0
+    assert "requests per second" in refused.value.message
+    await g.admit(ctx(size - 100, 100, key="k2"))  # another key has its own rate
+
+
+async def test_prompt_over_the_limit_is_422() -> None:
+    g = gate()
+    await g.admit(ctx(8192, 1, plan(tiers=TierPolicy(max_prompt_tokens=8192))))
+    with pytest.raises(Unprocessable):
+        await g.admit(ctx(8193, 1))
+
+
+async def test_long_lane_queues_and_drops_after_its_timeout() -> None:
+    g = gate(long_lane_slots=1, long_lane_queue=4)
+    first = await g.admit(ctx(2000, 49))  # 2049 tokens: the long lane
+    with pytest.raises(RateLimited) as dropped:
+        await g.admit(ctx(2000, 49))
+    assert dropped.value.code == "long_lane_timeout"
+    waiter = asyncio.create_task(g.admit(ctx(2000, 100)))
+    await asyncio.sleep(0.05)
+    await first.settle(outcome(2000, 49))
+    second = await asyncio.wait_for(waiter, 1)
+    await second.settle(outcome(2000, 1))
+
+
+async def test_long_lane_bound_refuses_at_once() -> None:
+    g = gate(long_lane_slots=1, long_lane_queue=1)
+    await g.admit(ctx(2000, 100))
+    waiter = asyncio.create_task(g.admit(ctx(2000, 100)))
+    await asyncio.sleep(0.02)
+    with pytest.raises(RateLimited) as full:
+        await g.admit(ctx(2000, 100))
+    assert full.value.code == "long_lane_full"
+    with pytest.raises(RateLimited):
+        await waiter
+
+
+async def test_budget_reserves_the_maximum_and_settles_to_the_actual() -> None:
+    # spend budget 0.001: each request reserves (100 in + 400 out) -> 0.0009
+    g = gate()
+    policy = plan(spend_per_day=Decimal("0.001"))
+    first = await g.admit(ctx(100, 400, policy))
+    with pytest.raises(BudgetExhausted) as refused:
+        await g.admit(ctx(100, 400, policy))
+    assert refused.value.type == "insufficient_quota"
+    assert "daily spend budget" in refused.value.message
+    await first.settle(outcome(100, 0))  # actual cost 0.0001: the rest is given back
+    second = await g.admit(ctx(100, 400, policy))
+    await second.settle(outcome(100, 400))
+
+
+async def test_quota_backend_down_fails_closed() -> None:
+    backend = RedisQuotaBackend.from_url("redis://127.0.0.1:1/0", key_prefix="t")
+    g = QuotaGate(GuardedQuotaBackend(backend, "closed"), lambda _: PRICE)
+    with pytest.raises(ServiceUnavailable) as refused:
+        await g.admit(ctx(10, 10, plan(requests_per_minute=100)))
+    assert refused.value.retry_after
+    await backend.aclose()

@@ -1,0 +1,30 @@
+"""Fixtures: a migrated database on each backend, and a real gateway with the control plane."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hydrant.platform.db.session import Database
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "auth"))
+
+from control_plane_helpers import ControlPlane, control_plane
+
+
+@pytest.fixture()
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = Database(database_url)
+    try:
+        yield database
+    finally:
+        await database.dispose()
+
+
+@pytest.fixture()
+async def cp(database_url: str, data_dir: Path) -> AsyncIterator[ControlPlane]:
+    async with control_plane(database_url, data_dir) as plane:
+        yield plane
