@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import secrets
 import socket
@@ -26,7 +27,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +34,10 @@ import asyncpg
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_harness import MESSAGES, run_gateway  # noqa: E402
+from gateway_harness import MESSAGES, run_gateway
 
-from hydrant.platform.db import migrate  # noqa: E402
-from hydrant.platform.keys import generate_key  # noqa: E402
+from hydrant.platform.db import migrate
+from hydrant.platform.keys import generate_key
 
 BODY = {"model": "demo", "messages": MESSAGES, "max_tokens": 1, "temperature": 0}
 # Limits far above the load, so every request runs the Redis script (window, tokens,
@@ -69,6 +69,13 @@ class Level:
     app_p50: float
     app_p99: float
     errors: int
+    admit_p50: float
+    settle_p50: float
+    ledger_p50: float
+    cpu_gw: float
+    cpu_loop: float
+    cpu_eng: float
+    phase_cpu: dict[str, float]
 
     def row(self) -> str:
         ms = 1000
@@ -76,13 +83,17 @@ class Level:
             f"{self.concurrency:>5} {self.rps:>8.1f} {self.base_rps:>8.1f} "
             f"{self.rps / self.base_rps:>6.2f} {self.latency_p50 * ms:>8.2f} "
             f"{self.base_p50 * ms:>8.2f} {self.over_p50 * ms:>8.2f} {self.over_p99 * ms:>8.2f} "
-            f"{self.app_p50 * ms:>8.2f} {self.app_p99 * ms:>8.2f} {self.errors:>5}"
+            f"{self.app_p50 * ms:>8.2f} {self.app_p99 * ms:>8.2f} {self.admit_p50 * ms:>7.2f} "
+            f"{self.settle_p50 * ms:>7.2f} {self.ledger_p50 * ms:>7.2f} "
+            f"{self.cpu_gw * ms:>7.2f} {self.cpu_loop * ms:>7.2f} {self.cpu_eng * ms:>7.2f} "
+            f"{self.errors:>5}"
         )
 
 
 HEADER = (
     f"{'conc':>5} {'gw rps':>8} {'eng rps':>8} {'ratio':>6} {'gw p50':>8} {'eng p50':>8} "
-    f"{'ovh p50':>8} {'ovh p99':>8} {'app p50':>8} {'app p99':>8} {'err':>5}"
+    f"{'ovh p50':>8} {'ovh p99':>8} {'app p50':>8} {'app p99':>8} {'admit':>7} {'settle':>7} "
+    f"{'ledger':>7} {'cpu gw':>7} {'cpu lp':>7} {'cpu eng':>7} {'err':>5}"
 )
 
 
@@ -107,10 +118,8 @@ class Harness:
         return value
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.conn.send(("stop", None))
-        except OSError:
-            pass
         self.process.join(30)
         if self.process.is_alive():
             self.process.kill()
@@ -147,11 +156,12 @@ async def load(
 
 
 def measure(harness: Harness, base_url: str, key: str, concurrency: int, count: int) -> Level:
+    harness.ask("times")  # start the CPU clocks here
     results, wall, errors = asyncio.run(load(base_url, key, concurrency, count))
-    engine, in_app = harness.ask("times")
+    engine, in_app, phases, (gw_cpu, loop_cpu) = harness.ask("times")
     over = [lat - engine[rid] for rid, lat in results if rid in engine]
     app = [in_app[rid] - engine[rid] for rid, _ in results if rid in engine and rid in in_app]
-    base_latencies, base_wall = harness.ask("baseline", (concurrency, count))
+    base_latencies, base_wall, (base_cpu, _) = harness.ask("baseline", (concurrency, count))
     return Level(
         concurrency=concurrency,
         rps=len(results) / wall,
@@ -163,6 +173,16 @@ def measure(harness: Harness, base_url: str, key: str, concurrency: int, count: 
         app_p50=pct(app, 0.5),
         app_p99=pct(app, 0.99),
         errors=errors,
+        admit_p50=pct([p["admit"] for p in phases.values() if "admit" in p], 0.5),
+        settle_p50=pct([p["settle"] for p in phases.values() if "settle" in p], 0.5),
+        ledger_p50=pct([p["ledger"] for p in phases.values() if "ledger" in p], 0.5),
+        cpu_gw=gw_cpu / max(1, len(results)),
+        cpu_loop=loop_cpu / max(1, len(results)),
+        cpu_eng=base_cpu / max(1, len(base_latencies)),
+        phase_cpu={
+            name: pct([p[name + "_cpu"] for p in phases.values() if name + "_cpu" in p], 0.5)
+            for name in ("admit", "settle", "ledger")
+        },
     )
 
 
@@ -178,7 +198,9 @@ def setup(base: Path, postgres: str) -> tuple[str, str]:
 
 
 async def _admin_sql(postgres: str, sql: str) -> None:
-    connection = await asyncpg.connect(postgres.replace("postgresql+asyncpg", "postgresql") + "/postgres")
+    connection = await asyncpg.connect(
+        postgres.replace("postgresql+asyncpg", "postgresql") + "/postgres"
+    )
     try:
         await connection.execute(sql)
     finally:
@@ -209,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", default="postgresql+asyncpg://postgres@127.0.0.1:5432")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args(argv)
-    levels = [int(x) for x in (args.levels or ("1,4,16" if args.quick else "1,2,4,8,16,32,64")).split(",")]
+    levels = [
+        int(x) for x in (args.levels or ("1,4,16" if args.quick else "1,2,4,8,16,32,64")).split(",")
+    ]
     count = args.requests or (60 if args.quick else 400)
 
     with tempfile.TemporaryDirectory(prefix="hydrant-bench-") as scratch:
@@ -243,21 +267,37 @@ def main(argv: list[str] | None = None) -> int:
                 if profiling:
                     print(harness.ask("profile_stop"))
                 rows.append(level)
-                print(f"level {concurrency:>3}: {level.rps:7.1f} req/s, overhead p50 "
-                      f"{level.over_p50 * 1000:.2f} ms, p99 {level.over_p99 * 1000:.2f} ms", flush=True)
+                print(
+                    f"level {concurrency:>3}: {level.rps:7.1f} req/s, overhead p50 "
+                    f"{level.over_p50 * 1000:.2f} ms, p99 {level.over_p99 * 1000:.2f} ms",
+                    flush=True,
+                )
                 best = max(r.rps for r in rows[:-1]) if len(rows) > 1 else 0.0
                 if not args.levels and len(rows) >= 3 and level.rps < 1.05 * best:
                     print("throughput stopped growing: highest sustained load reached", flush=True)
                     break
         finally:
             harness.close()
-            asyncio.run(_admin_sql(args.postgres, f'DROP DATABASE IF EXISTS "{database_url.rsplit("/", 1)[1]}" WITH (FORCE)'))
+            asyncio.run(
+                _admin_sql(
+                    args.postgres,
+                    f'DROP DATABASE IF EXISTS "{database_url.rsplit("/", 1)[1]}" WITH (FORCE)',
+                )
+            )
     print()
     print(f"{count} requests per level, max_tokens 1; times in ms; ovh = client latency - engine;")
-    print("app = in the ASGI app - engine; eng = the same requests straight to the engine")
+    print("app = in the ASGI app - engine; eng = the same requests straight to the engine;")
+    print("admit/settle = quota script (Redis) p50; ledger = the entry's write (PostgreSQL) p50;")
+    print("cpu = CPU ms per request: gateway process (gw), its event loop thread alone (lp),")
+    print("and the process for the same request straight to the engine (eng)")
     print(HEADER)
     for level in rows:
         print(level.row())
+    first = rows[0]
+    if first.concurrency == 1:
+        parts = ", ".join(f"{k} {v * 1000:.2f}" for k, v in first.phase_cpu.items())
+        loop_ms = first.cpu_loop * 1000
+        print(f"concurrency 1, event-loop CPU ms per request: {loop_ms:.2f} in all; {parts}")
     return 0
 
 

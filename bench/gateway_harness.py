@@ -24,8 +24,20 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from hydrant.engine.protocol import EngineClient, EngineStats, GenerateChunk, GenerateRequest
-from hydrant.engine.protocol import Sampling
+from hydrant.engine.protocol import (
+    EngineClient,
+    EngineStats,
+    GenerateChunk,
+    GenerateRequest,
+    Sampling,
+)
+from hydrant.platform.inference.accounting import (
+    Admission,
+    Gatekeeper,
+    LedgerWriter,
+    Outcome,
+    RequestContext,
+)
 
 MESSAGES = [{"role": "user", "content": "Say one word."}]
 
@@ -56,13 +68,65 @@ class TimedEngineClient:
                     self.times[request.request_id] = waited
                 yield chunk
         finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
 
     async def abort(self, request_id: str) -> None:
         await self.inner.abort(request_id)
 
     def stats(self) -> EngineStats:
         return self.inner.stats()
+
+
+Phases = dict[str, dict[str, float]]
+
+
+class _Stopwatch:
+    """Wall and this thread's CPU for one phase; at concurrency 1 the CPU is the phase's own."""
+
+    def __init__(self, phase: dict[str, float], name: str) -> None:
+        self.phase, self.name = phase, name
+
+    def __enter__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
+
+    def __exit__(self, *exc: object) -> None:
+        self.phase[self.name] = time.perf_counter() - self.wall
+        self.phase[self.name + "_cpu"] = time.thread_time() - self.cpu
+
+
+class TimedAdmission:
+    def __init__(self, inner: Admission, phase: dict[str, float]) -> None:
+        self.inner = inner
+        self.phase = phase
+
+    async def settle(self, outcome: Outcome) -> None:
+        with _Stopwatch(self.phase, "settle"):
+            await self.inner.settle(outcome)
+
+
+class TimedGate:
+    """`Gatekeeper` wrapper: how long admission (the quota script) and settlement take."""
+
+    def __init__(self, inner: Gatekeeper, phases: Phases) -> None:
+        self.inner = inner
+        self.phases = phases
+
+    async def admit(self, ctx: RequestContext) -> Admission:
+        phase = self.phases.setdefault(ctx.request_id, {})
+        with _Stopwatch(phase, "admit"):
+            return TimedAdmission(await self.inner.admit(ctx), phase)
+
+
+class TimedLedger:
+    """`LedgerWriter` wrapper: how long the request's ledger entry takes to write."""
+
+    def __init__(self, inner: LedgerWriter, phases: Phases) -> None:
+        self.inner = inner
+        self.phases = phases
+
+    async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
+        with _Stopwatch(self.phases.setdefault(ctx.request_id, {}), "ledger"):
+            await self.inner.record(ctx, outcome)
 
 
 class ServerClock:
@@ -86,9 +150,9 @@ class ServerClock:
                     if name == b"x-request-id":
                         request_id = value.decode()
             await send(message)
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                if request_id:
-                    self.times[request_id] = time.perf_counter() - started
+            final = message["type"] == "http.response.body" and not message.get("more_body")
+            if final and request_id:
+                self.times[request_id] = time.perf_counter() - started
 
         await self.app(scope, receive, timed_send)
 
@@ -119,10 +183,30 @@ async def baseline(
     return latencies, time.perf_counter() - started
 
 
-def _profile_text(profile: cProfile.Profile, top: int = 30) -> str:
+class CpuClock:
+    """CPU seconds since the last lap: the whole process, and the event loop's thread alone.
+
+    Call it on the loop thread: that thread's CPU is the gateway's own work (HTTP,
+    auth, quotas, ledger, rendering); the process adds the engine's step thread.
+    """
+
+    def __init__(self) -> None:
+        self._process = time.process_time()
+        self._loop = time.thread_time()
+
+    def lap(self) -> tuple[float, float]:
+        process, loop = time.process_time(), time.thread_time()
+        lap = (process - self._process, loop - self._loop)
+        self._process, self._loop = process, loop
+        return lap
+
+
+def _profile_text(profile: cProfile.Profile, top: int = 25) -> str:
+    """The loop thread's hot spots, then the cumulative time of our own functions."""
     out = io.StringIO()
     stats = pstats.Stats(profile, stream=out)
     stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(r"/(platform|hydrant|engine)/", top)
     return out.getvalue()
 
 
@@ -154,6 +238,9 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
     model.client = TimedEngineClient(raw_client, engine_times)
     database = Database(settings.effective_database_url)
     gateway = Gateway.build(settings, database, engines.registry)
+    phases: Phases = {}
+    gateway.inference.gatekeeper = TimedGate(gateway.inference.gatekeeper, phases)
+    gateway.inference.ledger = TimedLedger(gateway.inference.ledger, phases)
     app = create_app(settings, database=database, gateway=gateway)
     app.on_shutdown.append(engines.shutdown)
     server = uvicorn.Server(
@@ -175,17 +262,22 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
     prompt = model.tokenizer.encode_chat(MESSAGES)
     loop = asyncio.get_running_loop()
     profile: cProfile.Profile | None = None
+    cpu = CpuClock()
     conn.send(("ready", None))
     while True:
         command, argument = await loop.run_in_executor(None, conn.recv)
         if command == "baseline":
-            conn.send(("baseline", await baseline(raw_client, prompt, *argument)))
+            cpu.lap()
+            latencies, wall = await baseline(raw_client, prompt, *argument)
+            conn.send(("baseline", (latencies, wall, cpu.lap())))
         elif command == "times":
-            conn.send(("times", (dict(engine_times), dict(server_times))))
+            times = (dict(engine_times), dict(server_times), dict(phases), cpu.lap())
+            conn.send(("times", times))
             engine_times.clear()
             server_times.clear()
+            phases.clear()
         elif command == "profile_start":
-            profile = cProfile.Profile()
+            profile = cProfile.Profile(time.thread_time)  # CPU of the loop thread, not waits
             profile.enable()
             conn.send(("ok", None))
         elif command == "profile_stop" and profile is not None:

@@ -177,6 +177,90 @@ def bench_decode(
     }
 
 
+def correctness_sweep(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
+    """Every op once on the Triton path against its reference (compiles each kernel too)."""
+    from hydrant.kernels import ops, reference
+
+    gen = torch.Generator(device=device).manual_seed(1)
+    t, hidden, h, hkv, d, bs = (12, 256, 8, 2, 64, 16) if smoke else (512, 4096, 32, 8, 128, 16)
+    f16 = torch.float16
+
+    def randn(*shape: int, dtype: torch.dtype = f16) -> torch.Tensor:
+        return torch.randn(*shape, device=device, generator=gen).to(dtype)
+
+    rows: list[dict[str, Any]] = []
+
+    def record(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float = 3e-3) -> None:
+        err = rel_err(out, ref)
+        rows.append({"op": name, "rel_err": err, "pass": err < tol})
+
+    x, res, w = randn(t, hidden), randn(t, hidden), randn(hidden)
+    record(
+        "rms_norm+residual",
+        ops.rms_norm(x, w, 1e-5, res, backend="triton")[0],
+        reference.rms_norm(x, w, 1e-5, res)[0],
+    )
+    table = ops.build_rope_cache(
+        d,
+        8192,
+        500000.0,
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        f16,
+        device,
+    )
+    pos = torch.randint(0, 8192, (t,), device=device, generator=gen)
+    q, k, v = randn(t, h, d), randn(t, hkv, d), randn(t, hkv, d)
+    record(
+        "rotary",
+        torch.cat([y.flatten() for y in ops.rotary_embedding(pos, q, k, table, backend="triton")]),
+        torch.cat([y.flatten() for y in reference.rotary_embedding(pos, q, k, table)]),
+    )
+    gu = randn(t, 2 * hidden)
+    record("silu_and_mul", ops.silu_and_mul(gu, backend="triton"), reference.silu_and_mul(gu))
+    for int8 in (False, True):
+        blocks = 2 * (-(-t // bs)) + 1
+        dtype = torch.int8 if int8 else f16
+        caches = [torch.zeros(blocks, bs, hkv, d, dtype=dtype, device=device) for _ in range(4)]
+        scales = [torch.zeros(blocks, bs, hkv, device=device) if int8 else None for _ in range(4)]
+        slots = torch.randperm(blocks * bs, device=device, generator=gen)[:t]
+        ops.write_kv(k, v, caches[0], caches[1], slots, scales[0], scales[1], backend="triton")
+        reference.write_kv(k, v, caches[2], caches[3], slots, scales[2], scales[3])
+        name = "write_kv int8" if int8 else "write_kv fp16"
+        record(name, caches[0].float(), caches[2].float(), tol=1e-2 if int8 else 1e-6)
+        # Prefill: two sequences, the second with a cached prefix of 5 tokens.
+        ctx = [t // 2, t // 2 + 5]
+        q_lens = [t // 2, t // 2]
+        tables = torch.arange(2 * (-(-(t // 2 + 5) // bs)), device=device, dtype=torch.int32)
+        tables = tables.view(2, -1) % blocks
+        kc, vc = caches[0], caches[1]
+        kc_scale, vc_scale = scales[0], scales[1]
+        if not int8:
+            kc.normal_(generator=gen)
+            vc.normal_(generator=gen)
+        else:
+            assert kc_scale is not None and vc_scale is not None
+            kc_scale.uniform_(0.001, 0.02, generator=gen)
+            vc_scale.uniform_(0.001, 0.02, generator=gen)
+        lens = torch.tensor(ctx, dtype=torch.int32, device=device)
+        cu = torch.tensor([0, q_lens[0], sum(q_lens)], dtype=torch.int32, device=device)
+        qp = randn(sum(q_lens), h, d)
+        kw = {"k_scale": kc_scale, "v_scale": vc_scale}
+        record(
+            "prefill " + ("int8" if int8 else "fp16"),
+            ops.paged_prefill_attention(
+                qp, kc, vc, tables, cu, lens, d**-0.5, max(q_lens), backend="triton", **kw
+            ),
+            reference.paged_prefill_attention(qp, kc, vc, tables, cu, lens, d**-0.5, **kw),
+        )
+    return rows
+
+
 def matmul_cases(smoke: bool) -> list[tuple[int, int, int]]:
     if smoke:
         return [(m, 256, 96) for m in (1, 8)]
@@ -240,7 +324,10 @@ def print_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> N
         cells = []
         for c in columns:
             value = row.get(c, "")
-            cells.append(f"{value:14.3f}" if isinstance(value, float) else f"{value!s:>14s}")
+            if isinstance(value, float):
+                cells.append(f"{value:14.2e}" if 0 < abs(value) < 0.01 else f"{value:14.3f}")
+            else:
+                cells.append(f"{value!s:>14s}")
         print(" | ".join(cells))
 
 
@@ -370,6 +457,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         parser.error("needs CUDA, or --smoke with TRITON_INTERPRET=1 set before starting")
     results: dict[str, Any] = {"device": str(device), "smoke": args.smoke}
+    log("correctness sweep: every op on Triton vs its reference")
+    results["correctness"] = correctness_sweep(device, args.smoke)
+    print_table(
+        "correctness (relative error vs reference)",
+        results["correctness"],
+        ["op", "rel_err", "pass"],
+    )
     copy = copy_bandwidth(device, args.smoke)
     results["copy"] = copy
     log(f"copy bandwidth {copy['gbps']:.0f} GB/s ({copy['timing']})")

@@ -39,13 +39,17 @@ def num_blocks_from_budget(
     per_block = bytes_per_block(model, config.block_size, dtype)
     if config.device == "cpu" or peak_bytes is None:
         return config.kv_cache_bytes // per_block
-    _free, total = torch.cuda.mem_get_info(torch.device(config.device))
-    available = int(total * config.gpu_memory_utilization) - peak_bytes
+    device = torch.device(config.device)
+    free, total = torch.cuda.mem_get_info(device)
+    # memory torch does not manage: the CUDA context, NCCL, other processes on the GPU
+    outside_torch = max(0, total - free - torch.cuda.memory_reserved(device))
+    available = int(total * config.gpu_memory_utilization) - peak_bytes - outside_torch
     logger.info(
-        "KV budget: %.2f GiB of %.2f GiB (peak %.2f GiB during profiling)",
+        "KV budget: %.2f GiB of %.2f GiB (profiled peak %.2f GiB, %.2f GiB outside torch)",
         max(available, 0) / 2**30,
         total / 2**30,
         peak_bytes / 2**30,
+        outside_torch / 2**30,
     )
     return max(available, 0) // per_block
 

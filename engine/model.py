@@ -9,7 +9,9 @@ loader concatenates the checkpoint's separate tensors), which halves the
 number of small matmuls a decode step launches.
 
 Parameters are named like transformers' modules (`model.layers.0.mlp...`),
-fused ones excepted, so the loader's name mapping stays a short table.
+fused ones excepted, so the loader's name mapping stays a short table. The
+elementwise and attention ops come from a `KernelOps` value (engine/ops.py):
+the engine's torch versions on CPU, the Triton kernels on CUDA.
 """
 
 from __future__ import annotations

@@ -196,10 +196,13 @@ class ModelRunner:
         positions = torch.arange(seq_len, device=self.device).repeat(num_seqs)
         with torch.inference_mode():
             hidden = self.model(ids, positions, caches, meta)
-            self.model.compute_logits(hidden[-num_seqs:])
+            # the sampler's worst case: a full batch of rows, softmaxed and sorted (top-p)
+            rows = min(self.config.max_num_seqs, total)
+            logits = self.model.compute_logits(hidden[:rows])
+            logits.softmax(dim=-1).sort(dim=-1)
         torch.cuda.synchronize(self.device)
         peak = int(torch.cuda.max_memory_allocated(self.device))
         cache_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in caches)
-        del caches, hidden
+        del caches, hidden, logits
         torch.cuda.empty_cache()
         return peak - cache_bytes

@@ -154,6 +154,8 @@ class Scheduler:
         for seq in sorted(self.waiting, key=self._key):
             if len(self.running) + len(admitted) >= self.config.max_num_seqs:
                 break
+            if budget.total_left == 0:
+                break
             if budget.lane_left(seq.lane) == 0:
                 continue
             cached = self.block_manager.find_cached_prefix(seq)

@@ -149,28 +149,40 @@ def _combine_kernel(
     head_dim,
     num_splits,
     BLOCK_S: tl.constexpr,
+    CHUNK: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
+    # Reads the split maxima at once (one float each), then the partial
+    # accumulators CHUNK splits at a time, so registers stay bounded however
+    # many splits a long context needed.
     b = tl.program_id(0)
     h = tl.program_id(1)
+    base = (b * num_heads + h) * num_splits
     s = tl.arange(0, BLOCK_S)
-    d = tl.arange(0, BLOCK_D)
-    s_mask = s < num_splits
-    part = (b * num_heads + h) * num_splits + s
-    m = tl.load(part_stats_ptr + part * 2, mask=s_mask, other=NEG_BIG)
-    l_s = tl.load(part_stats_ptr + part * 2 + 1, mask=s_mask, other=0.0)
-    acc = tl.load(
-        part_acc_ptr + part[:, None] * head_dim + d[None, :],
-        mask=s_mask[:, None] & (d[None, :] < head_dim),
-        other=0.0,
+    m_max = tl.max(
+        tl.load(part_stats_ptr + (base + s) * 2, mask=s < num_splits, other=NEG_BIG), axis=0
     )
-    weight = tl.exp2(m - tl.max(m, axis=0))
-    total = tl.sum(weight * l_s, axis=0)
-    out = tl.sum(acc * weight[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
+    d = tl.arange(0, BLOCK_D)
+    d_mask = d < head_dim
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    total = tl.zeros([CHUNK], tl.float32)
+    for s0 in range(0, num_splits, CHUNK):
+        c = s0 + tl.arange(0, CHUNK)
+        c_mask = c < num_splits
+        m = tl.load(part_stats_ptr + (base + c) * 2, mask=c_mask, other=NEG_BIG)
+        l_s = tl.load(part_stats_ptr + (base + c) * 2 + 1, mask=c_mask, other=0.0)
+        weight = tl.exp2(m - m_max)
+        total += weight * l_s
+        part = tl.load(
+            part_acc_ptr + (base + c)[:, None] * head_dim + d[None, :],
+            mask=c_mask[:, None] & d_mask[None, :],
+            other=0.0,
+        )
+        acc += tl.sum(part * weight[:, None], axis=0)
+    denom = tl.sum(total, axis=0)
+    out = acc / tl.where(denom > 0.0, denom, 1.0)
     tl.store(
-        out_ptr + b * stride_ob + h * stride_oh + d,
-        out.to(out_ptr.dtype.element_ty),
-        mask=d < head_dim,
+        out_ptr + b * stride_ob + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d_mask
     )
 
 
@@ -279,7 +291,8 @@ def paged_decode_attention(
             head_dim,
             splits,
             BLOCK_S=next_power_of_2(splits),
+            CHUNK=min(16, next_power_of_2(splits)),
             BLOCK_D=block_d,
-            num_warps=1,
+            num_warps=4,
         )
     return out

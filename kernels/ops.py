@@ -12,6 +12,11 @@ slots lie in `[-1, num_blocks * block_size)`; block-table entries the context
 reaches are valid block ids; positions are below the rope table's length;
 `cu_seqlens_q[-1] == q.shape[0]` and each sequence's `q_len <= context_len`
 (the references check the last two, on the CPU).
+
+CUDA graphs: every Triton launcher is capturable (no host sync, allocations
+come from the caching allocator) provided prefill gets `max_seqlen_q`; the
+decode split count depends only on shapes, so one graph per decode batch
+size and block-table width replays correctly for any context lengths.
 """
 
 from __future__ import annotations
@@ -120,10 +125,10 @@ def paged_prefill_attention(
     cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    max_seqlen_q: int | None = None,
     *,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-    max_seqlen_q: int | None = None,
     backend: Backend | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's last `q_len` positions over its whole cached context.

@@ -17,54 +17,24 @@ scale and zero point per output column: the kernel accumulates
 `x_even @ (lo - z) + x_odd @ (hi - z)` and scales that by the group's scale
 (low nibbles are even columns of K, high nibbles odd columns).
 
-The block sizes come from `matmul_config`, a heuristic by M; they are not
+The block sizes come from `matmul_config.matmul_config`, a heuristic by M; they are not
 autotuned yet (that needs GPU time), and `bench/gpu_kernels.py` measures them.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from hydrant.kernels.arguments import check_w4a16, check_w8a16, require
+from hydrant.kernels.matmul_config import MatmulConfig, finish, grid, matmul_config, output
 from hydrant.kernels.triton_support import (
     check_triton_device,
     dot_dtype,
     dot_precision,
-    multiprocessor_count,
     require_unit_stride,
 )
-
-
-@dataclass(frozen=True)
-class MatmulConfig:
-    block_m: int
-    block_n: int
-    block_k: int
-    split_k: int
-    num_warps: int
-    num_stages: int
-
-
-def matmul_config(m: int, n: int, k: int, device: torch.device, max_block_k: int) -> MatmulConfig:
-    """Tile shape by M; split K at small M until there are about two programs per SM."""
-    if m <= 16:
-        block_m, block_n, warps, stages = 16, 64, 4, 4
-    elif m <= 64:
-        block_m, block_n, warps, stages = 32, 64, 4, 4
-    else:
-        block_m, block_n, warps, stages = 64, 128, 8, 3
-    block_k = min(128 if m <= 64 else 64, max_block_k)
-    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    k_steps = triton.cdiv(k, block_k)
-    split_k = 1
-    target = 2 * multiprocessor_count(device)
-    while m <= 64 and tiles * split_k < target and split_k * 2 <= max(1, k_steps // 4):
-        split_k *= 2
-    return MatmulConfig(block_m, block_n, block_k, split_k, warps, stages)
 
 
 @triton.jit
@@ -138,22 +108,30 @@ def _w4a16_kernel(
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_mask, n_mask = rm < M, rn < N
-    half = tl.arange(0, BLOCK_K // 2)
+    BLOCK_KB: tl.constexpr = BLOCK_K // 2
     x_rows = x_ptr + rm[:, None].to(tl.int64) * stride_xm
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    k_start = pid_k * k_per_split
-    k_end = tl.minimum(K, k_start + k_per_split)
-    for k0 in range(k_start, k_end, BLOCK_K):
-        byte = k0 // 2 + half
-        b_mask = byte * 2 < k_end
-        x_mask = m_mask[:, None] & b_mask[None, :]
-        x_even = tl.load(x_rows + byte[None, :] * 2, mask=x_mask, other=0.0).to(COMPUTE)
-        x_odd = tl.load(x_rows + byte[None, :] * 2 + 1, mask=x_mask, other=0.0).to(COMPUTE)
+    # The loop runs over packed bytes (not K) so the weight offsets stay provably
+    # 16-aligned and the loads vectorize; a `k // 2` would hide the alignment.
+    kb_per_split = k_per_split // 2
+    kb_start = pid_k * kb_per_split
+    kb_end = tl.minimum(K // 2, kb_start + kb_per_split)
+    for kb0 in range(kb_start, kb_end, BLOCK_KB):
+        kb = kb0 + tl.arange(0, BLOCK_KB)
+        kb_mask = kb < kb_end
+        k = kb0 * 2 + tl.arange(0, BLOCK_K)
+        x = tl.load(
+            x_rows + k[None, :], mask=m_mask[:, None] & (k[None, :] < 2 * kb_end), other=0.0
+        )
+        x_even, x_odd = tl.split(tl.reshape(x, [BLOCK_M, BLOCK_KB, 2]))
+        x_even = x_even.to(COMPUTE)
+        x_odd = x_odd.to(COMPUTE)
         packed = tl.load(
-            w_ptr + rn[None, :].to(tl.int64) * stride_wn + byte[:, None],
-            mask=b_mask[:, None] & n_mask[None, :],
+            w_ptr + rn[None, :].to(tl.int64) * stride_wn + kb[:, None],
+            mask=kb_mask[:, None] & n_mask[None, :],
             other=0,
         )
+        k0 = kb0 * 2
         group = k0 // group_size
         scale = tl.load(scales_ptr + rn * stride_sn + group, mask=n_mask, other=0.0)
         zero = tl.load(zeros_ptr + rn * stride_zn + group, mask=n_mask, other=0).to(tl.float32)
@@ -164,21 +142,6 @@ def _w4a16_kernel(
         acc += part * scale.to(tl.float32)[None, :]
     out = out_ptr + pid_k * M * N + rm[:, None].to(tl.int64) * N + rn[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
-
-
-def _output(x: torch.Tensor, n: int, config: MatmulConfig) -> torch.Tensor:
-    """The kernel's target: the result itself, or float32 partials when K is split."""
-    if config.split_k == 1:
-        return torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
-    return torch.empty((config.split_k, x.shape[0], n), dtype=torch.float32, device=x.device)
-
-
-def _finish(target: torch.Tensor, x: torch.Tensor, config: MatmulConfig) -> torch.Tensor:
-    return target if config.split_k == 1 else target.sum(dim=0).to(x.dtype)
-
-
-def _grid(m: int, n: int, config: MatmulConfig) -> tuple[int, int, int]:
-    return (triton.cdiv(m, config.block_m), triton.cdiv(n, config.block_n), config.split_k)
 
 
 def w8a16_matmul(
@@ -196,10 +159,10 @@ def w8a16_matmul(
     require(scales.is_contiguous(), "scales must be contiguous")
     (m, k), n = x.shape, qweight.shape[0]
     config = config or matmul_config(m, n, k, x.device, max_block_k=128)
-    target = _output(x, n, config)
+    target = output(x, n, config)
     if m and n:
         k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
-        _w8a16_kernel[_grid(m, n, config)](
+        _w8a16_kernel[grid(m, n, config)](
             x,
             qweight,
             scales,
@@ -220,7 +183,7 @@ def w8a16_matmul(
         )
     elif config.split_k > 1:
         target.zero_()
-    return _finish(target, x, config)
+    return finish(target, x, config)
 
 
 def w4a16_matmul(
@@ -248,10 +211,10 @@ def w4a16_matmul(
         group_size % config.block_k == 0 and config.block_k >= 32,
         f"block_k {config.block_k} must be >= 32 and divide group_size {group_size}",
     )
-    target = _output(x, n, config)
+    target = output(x, n, config)
     if m and n:
         k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
-        _w4a16_kernel[_grid(m, n, config)](
+        _w4a16_kernel[grid(m, n, config)](
             x,
             qweight,
             scales,
@@ -276,4 +239,4 @@ def w4a16_matmul(
         )
     elif config.split_k > 1:
         target.zero_()
-    return _finish(target, x, config)
+    return finish(target, x, config)

@@ -6,12 +6,20 @@ A missing service is a skip on a developer's machine and a failure in CI
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Triton reads TRITON_INTERPRET when a kernel is decorated, i.e. when any module that
+# defines one is first imported, which other folders' tests may do before
+# tests/kernels/ is collected: so it is set here, first. Only where no GPU exists;
+# a value given in the environment wins.
+if not glob.glob("/dev/nvidia[0-9]*"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 POSTGRES_HOST = os.environ.get("HYDRANT_TEST_PG_HOST", "127.0.0.1")
 POSTGRES_PORT = int(os.environ.get("HYDRANT_TEST_PG_PORT", "5432"))

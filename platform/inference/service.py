@@ -121,6 +121,24 @@ class Generation:
             await self._admission.settle(outcome)
         finally:
             await self._ledger.record(self.ctx, outcome)
+            usage = outcome.usage
+            # One line per request: ids and counts only, never prompt or completion text.
+            log.info(
+                "request finished",
+                extra={
+                    "request_id": self.ctx.request_id,
+                    "tenant_id": self.ctx.tenant_id,
+                    "key_prefix": self.ctx.key_prefix,
+                    "model": self.ctx.model,
+                    "status": outcome.status,
+                    "prompt_tokens": usage.prompt_tokens,
+                    "cached_tokens": usage.cached_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "seconds": round(
+                        (outcome.finished_at - self.ctx.started_at).total_seconds(), 4
+                    ),
+                },
+            )
 
     def usage(self) -> RequestUsage:
         """The engine's exact usage when it reported one, else what the gateway counted."""

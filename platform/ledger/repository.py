@@ -8,7 +8,9 @@ same spool all leave exactly one row per request.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import func, select
@@ -55,6 +57,28 @@ async def price_at(session: AsyncSession, model_id: str, moment: datetime) -> Pr
         .limit(1)
     )
     return await session.scalar(statement)
+
+
+@dataclass(frozen=True)
+class PriceVersion:
+    id: str
+    effective_from: datetime
+    input_per_mtok: Decimal
+    cached_input_per_mtok: Decimal
+    output_per_mtok: Decimal
+
+
+async def price_versions(session: AsyncSession, model_id: str) -> list[PriceVersion]:
+    """All price versions of a model, oldest first."""
+    rows = await session.scalars(
+        select(Price).where(Price.model_id == model_id).order_by(Price.effective_from)
+    )
+    return [
+        PriceVersion(
+            p.id, p.effective_from, p.input_per_mtok, p.cached_input_per_mtok, p.output_per_mtok
+        )
+        for p in rows
+    ]
 
 
 async def count_entries(session: AsyncSession) -> int:

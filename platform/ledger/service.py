@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -22,6 +23,8 @@ from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
 from hydrant.platform.db.session import Database
 from hydrant.platform.inference.accounting import Outcome, RequestContext
 from hydrant.platform.ledger import repository
+from hydrant.platform.ledger.group_commit import GroupCommit
+from hydrant.platform.ledger.repository import PriceVersion
 from hydrant.platform.ledger.spool import LedgerSpool
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,8 @@ LIVE_WRITE_TIMEOUT_S = 2.0
 # Past this many slow writes still running, entries go straight to the spool, so a
 # long partition does not pile up a task (and a wait for a connection) per request.
 MAX_SLOW_WRITES = 32
+# How old the in-memory copy of a model's price versions may get (see `_price_at`).
+PRICE_CACHE_S = 30.0
 
 
 def _iso(value: datetime) -> str:
@@ -61,7 +66,10 @@ class DatabaseLedger:
         self.device_price = device_price
         self.write_timeout_s = write_timeout_s
         self._spooling = False
-        self._slow_writes: set[asyncio.Task[None]] = set()
+        self._slow_writes: set[asyncio.Future[None]] = set()
+        self._commits = GroupCommit(self._flush)
+        self._model_ids: dict[str, str] = {}
+        self._price_versions: dict[str, tuple[float, list[PriceVersion]]] = {}
 
     async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
         try:
@@ -78,27 +86,23 @@ class DatabaseLedger:
                 )
             await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
 
-    async def _write(self, ctx: RequestContext, outcome: Outcome) -> None:
+    async def _flush(self, raws: list[dict[str, Any]]) -> None:
+        """One transaction for a group of entries (see group_commit.py)."""
         async with self.database.session() as session:
-            entry = await self._entry(session, ctx, outcome)
-            await repository.insert_if_absent(session, [entry])
+            entries = [await self.price_entry(session, raw) for raw in raws]
+            await repository.insert_if_absent(session, entries)
 
     async def _write_within_timeout(self, ctx: RequestContext, outcome: Outcome) -> None:
         """The live write, or `TimeoutError` after `write_timeout_s` (the write goes on)."""
         if len(self._slow_writes) >= MAX_SLOW_WRITES:
             raise TimeoutError("too many ledger writes are waiting on the database")
-        task = asyncio.create_task(self._write(ctx, outcome))
-        done, _ = await asyncio.wait({task}, timeout=self.write_timeout_s)
+        future = self._commits.submit(self._spool_entry(ctx, outcome))
+        done, _ = await asyncio.wait({future}, timeout=self.write_timeout_s)
         if not done:
-            self._slow_writes.add(task)
-            task.add_done_callback(self._slow_write_done)
+            self._slow_writes.add(future)
+            future.add_done_callback(self._slow_writes.discard)
             raise TimeoutError(f"the ledger write took over {self.write_timeout_s:g} s")
-        task.result()
-
-    def _slow_write_done(self, task: asyncio.Task[None]) -> None:
-        self._slow_writes.discard(task)
-        if not task.cancelled():
-            task.exception()  # its entry is in the spool: the error is expected, not lost
+        future.result()
 
     def _spool_entry(self, ctx: RequestContext, outcome: Outcome) -> dict[str, Any]:
         """What replay needs to build the entry later (pricing happens at replay)."""
@@ -117,14 +121,33 @@ class DatabaseLedger:
             "finished_at": _iso(outcome.finished_at),
         }
 
-    async def _entry(self, session: Any, ctx: RequestContext, outcome: Outcome) -> dict[str, Any]:
-        return await self.price_entry(session, self._spool_entry(ctx, outcome))
+    async def _model_id(self, session: Any, name: str) -> str:
+        model_id = self._model_ids.get(name)
+        if model_id is None:
+            model_id = self._model_ids[name] = await repository.ensure_model(session, name)
+        return model_id
+
+    async def _price_at(self, session: Any, model_id: str, moment: datetime) -> PriceVersion | None:
+        """The version in force at `moment`, from a copy of the model's versions (30 s old at most).
+
+        A version is never edited and new ones cannot be backdated (prices service),
+        so the copy prices like a query, without a round trip; the one difference is
+        that a version made to start at once applies here up to `PRICE_CACHE_S` late.
+        """
+        now = time.monotonic()
+        cached = self._price_versions.get(model_id)
+        if cached is None or now - cached[0] > PRICE_CACHE_S:
+            cached = (now, await repository.price_versions(session, model_id))
+            self._price_versions[model_id] = cached
+        versions = cached[1]
+        in_force = [v for v in versions if v.effective_from <= moment]
+        return in_force[-1] if in_force else None
 
     async def price_entry(self, session: Any, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Turn a raw entry (live or spooled) into a ledger row, priced when it started."""
         started_at = datetime.fromisoformat(raw["started_at"])
-        model_id = await repository.ensure_model(session, raw["model"])
-        price_row = await repository.price_at(session, model_id, started_at)
+        model_id = await self._model_id(session, raw["model"])
+        price_row = await self._price_at(session, model_id, started_at)
         usage = TokenUsage(
             input_tokens=int(raw["input_tokens"]),
             output_tokens=int(raw["output_tokens"]),

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
     with hydrant_server(tmp_path_factory.mktemp("serve"), demo_model_dir) as running:
         yield running
 
@@ -56,7 +58,10 @@ def test_chat_completion_usage_matches_tokenizer_and_ledger(
     server: RunningServer, client: openai.OpenAI, demo_model_dir: Path
 ) -> None:
     raw = client.chat.completions.with_raw_response.create(
-        model="demo", messages=MESSAGES, max_tokens=12, temperature=0  # type: ignore[arg-type]
+        model="demo",
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0,  # type: ignore[arg-type]
     )
     request_id = raw.headers["x-request-id"]
     completion = raw.parse()
@@ -76,7 +81,9 @@ def test_chat_completion_usage_matches_tokenizer_and_ledger(
     assert entry is not None
     status, input_tokens, cached, output_tokens, charged = entry
     assert (status, input_tokens, output_tokens) == (
-        "finished", usage.prompt_tokens, usage.completion_tokens
+        "finished",
+        usage.prompt_tokens,
+        usage.completion_tokens,
     )
     assert cached == usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
     # default price book: 0.10 / 0.05 (cached) / 0.40 per million tokens
@@ -91,8 +98,13 @@ def test_chat_completion_usage_matches_tokenizer_and_ledger(
 def test_greedy_is_deterministic(client: openai.OpenAI) -> None:
     texts = {
         client.chat.completions.create(
-            model="demo", messages=MESSAGES, max_tokens=8, temperature=0  # type: ignore[arg-type]
-        ).choices[0].message.content
+            model="demo",
+            messages=MESSAGES,
+            max_tokens=8,
+            temperature=0,  # type: ignore[arg-type]
+        )
+        .choices[0]
+        .message.content
         for _ in range(2)
     }
     assert len(texts) == 1
@@ -110,20 +122,30 @@ def test_streaming_chat_with_usage(server: RunningServer, client: openai.OpenAI)
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finish and finish[-1] in {"stop", "length"}
     usage = chunks[-1].usage
     assert usage is not None and chunks[-1].choices == []
     assert usage.completion_tokens >= 1
     same = client.chat.completions.create(
-        model="demo", messages=MESSAGES, max_tokens=10, seed=7  # type: ignore[arg-type]
+        model="demo",
+        messages=MESSAGES,
+        max_tokens=10,
+        seed=7,  # type: ignore[arg-type]
     )
     assert same.choices[0].message.content == text  # same seed, streamed or not
 
 
 def test_completions_and_n(client: openai.OpenAI) -> None:
     completion = client.completions.create(
-        model="demo", prompt="Once upon a time", max_tokens=6, n=2, temperature=1.0, seed=3,
+        model="demo",
+        prompt="Once upon a time",
+        max_tokens=6,
+        n=2,
+        temperature=1.0,
+        seed=3,
         logprobs=2,
     )
     assert completion.object == "text_completion"
@@ -131,7 +153,8 @@ def test_completions_and_n(client: openai.OpenAI) -> None:
     usage = completion.usage
     assert usage is not None
     assert usage.completion_tokens == sum(
-        len(c.logprobs.tokens) for c in completion.choices  # type: ignore[union-attr]
+        len(c.logprobs.tokens)
+        for c in completion.choices  # type: ignore[union-attr]
     )
     for choice in completion.choices:
         assert choice.logprobs is not None
@@ -149,7 +172,9 @@ def test_errors_are_openai_errors(client: openai.OpenAI) -> None:
     assert missing.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(
-            model="demo", messages=MESSAGES, max_tokens=10**6  # type: ignore[arg-type]
+            model="demo",
+            messages=MESSAGES,
+            max_tokens=10**6,  # type: ignore[arg-type]
         )
     assert bad.value.code == "context_length_exceeded"
     wrong = openai.OpenAI(base_url=client.base_url, api_key="hyd_live_nope", max_retries=0)
@@ -161,3 +186,25 @@ def test_every_response_has_a_request_id(server: RunningServer) -> None:
     for path in ("/healthz", "/v1/models", "/no/such/route"):
         response = httpx.get(server.base_url + path)
         assert response.headers["x-request-id"].startswith("req_"), path
+
+
+def test_logs_carry_ids_but_never_the_key_or_the_prompt(server: RunningServer) -> None:
+    canary = "canary-prompt-zebra-quartz-7731"
+    _, secret = server.tenant_key("log-audit")
+    audit = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0)
+    raw = audit.chat.completions.with_raw_response.create(
+        model="demo", messages=[{"role": "user", "content": canary}], max_tokens=3
+    )
+    request_id = raw.headers["x-request-id"]
+    with pytest.raises(openai.AuthenticationError):  # a wrong key is logged by nobody either
+        openai.OpenAI(
+            base_url=f"{server.base_url}/v1", api_key=secret[:-1] + "x", max_retries=0
+        ).models.list()
+    deadline = time.monotonic() + 5
+    while request_id not in server.log_file.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    text = server.log_file.read_text()
+    line = next(line for line in text.splitlines() if request_id in line)
+    assert secret[:17] in line  # the display prefix identifies the key
+    assert secret not in text and secret[:-1] not in text
+    assert canary not in text

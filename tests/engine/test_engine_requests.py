@@ -17,7 +17,8 @@ from tiny_models import (
     run_to_completion,
 )
 
-from hydrant.engine.errors import InvalidRequestError
+from hydrant.engine.engine_config import EngineConfig, EngineConfigError
+from hydrant.engine.errors import InvalidRequestError, KVCacheCapacityError
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.outputs import RequestOutput
@@ -260,3 +261,32 @@ def test_metrics_are_observed(model_dir: Path, engines: EngineTracker) -> None:
     assert value("hydrant_num_preemptions_total") == engine.scheduler.num_preemptions > 0
     assert value("hydrant_num_requests_running") == 0
     assert value("hydrant_kv_cache_usage_perc") == 0.0
+
+
+def test_engine_refuses_a_kv_pool_too_small_for_one_sequence(model_dir: Path) -> None:
+    with pytest.raises(KVCacheCapacityError, match="max_model_len=256"):
+        LLMEngine.from_pretrained(model_dir, EngineConfig(num_gpu_blocks=15, show_progress=False))
+    with pytest.raises(EngineConfigError, match="exceeds"):
+        LLMEngine.from_pretrained(model_dir, EngineConfig(max_model_len=4096, show_progress=False))
+    engine = LLMEngine.from_pretrained(
+        model_dir, EngineConfig(num_gpu_blocks=4, max_model_len=64, show_progress=False)
+    )
+    assert engine.max_model_len == 64
+
+
+def test_eos_stops_unless_ignored_and_not_before_min_tokens(
+    model_dir: Path, engines: EngineTracker
+) -> None:
+    engine = engines.make(model_dir)
+    free_run = _run_one(engine, PROMPT, GREEDY, "free").outputs[0].token_ids
+    eos = free_run[4]
+    first = free_run.index(eos)
+    engine.processor.eos_token_ids = frozenset({eos})  # pretend the model's EOS is this token
+    engine.sampler.eos_token_ids = frozenset({eos})
+    stopped = _run_one(engine, PROMPT, SamplingParams(max_tokens=24, temperature=0.0), "eos")
+    assert stopped.outputs[0].finish_reason == "stop"
+    assert stopped.outputs[0].token_ids == free_run[: first + 1]
+    late = SamplingParams(max_tokens=24, temperature=0.0, min_tokens=first + 2)
+    held = _run_one(engine, PROMPT, late, "min").outputs[0]
+    assert held.token_ids[: first + 1] != free_run[: first + 1]  # EOS was masked at `first`
+    assert eos not in held.token_ids[: first + 2]
