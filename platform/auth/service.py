@@ -13,6 +13,7 @@ suspended tenant (403, said plainly) or a missing scope (403) reveal nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -22,8 +23,9 @@ from hydrant.platform.auth.last_used import LastUsedRecorder
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.auth.repository import KeyRecord, find_key_record
 from hydrant.platform.db.base import utcnow
+from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.session import Database
-from hydrant.platform.errors import AuthenticationFailed, PermissionDenied
+from hydrant.platform.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
 from hydrant.platform.keys.cache import KeyCache
 from hydrant.platform.keys.codec import MalformedKeyError, ParsedKey, parse_key
 from hydrant.platform.keys.hashing import hash_key, verify_against_dummy, verify_key
@@ -32,6 +34,12 @@ from hydrant.platform.keys.service import KeyService
 log = logging.getLogger(__name__)
 
 INVALID_KEY = "invalid API key"
+# A lookup that takes longer is treated as the database being away (a stalled network).
+LOOKUP_TIMEOUT_S = 2.0
+# During a database outage, keys verified this recently keep working (revocations made
+# meanwhile on other nodes apply when it is back); others get a 503 with Retry-After.
+OUTAGE_GRACE_S = 300.0
+LAST_GOOD_MAX = 10_000
 MISSING_KEY = "missing API key: send it as `Authorization: Bearer <key>`"
 
 
@@ -71,6 +79,9 @@ class Authenticator:
         self.last_used = last_used or LastUsedRecorder(database)
         self._bootstrap = bootstrap_key
         self._bootstrap_pending = bootstrap_key is not None
+        self._last_good: dict[str, tuple[float, KeyRecord]] = {}
+        self._monotonic = monotonic
+        self._outage_logged = False
 
     @property
     def server_secret(self) -> bytes:
@@ -109,16 +120,47 @@ class Authenticator:
         bootstrap = self._bootstrap
         if self._bootstrap_pending and bootstrap is not None and parsed.prefix == bootstrap.prefix:
             await self.ensure_bootstrap_key()
-        async with self._database.session() as session:
-            record = await find_key_record(session, parsed.prefix)
+        try:
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                async with self._database.session() as session:
+                    record = await find_key_record(session, parsed.prefix)
+        except DATABASE_UNAVAILABLE as exc:
+            return self._during_outage(digest, exc)
         if record is None:
             verify_against_dummy(parsed.secret, self.server_secret)
             raise invalid_key()
         if not verify_key(parsed.secret, record.key_hash, self.server_secret):
             raise invalid_key()
+        self._outage_logged = False
         if record.usable_at(self.clock()):
             self.cache.put(digest, record)
+            self._remember(digest, record)
+        else:
+            self._last_good.pop(digest, None)
         return record
+
+    def _remember(self, digest: str, record: KeyRecord) -> None:
+        if len(self._last_good) >= LAST_GOOD_MAX and digest not in self._last_good:
+            self._last_good.pop(next(iter(self._last_good)))
+        self._last_good[digest] = (self._monotonic(), record)
+
+    def _during_outage(self, digest: str, exc: BaseException) -> KeyRecord:
+        """The database cannot be asked: a key verified within `OUTAGE_GRACE_S` keeps working
+        (its record is the last one the database gave); any other key gets a 503, not a 500."""
+        remembered = self._last_good.get(digest)
+        if remembered is not None and self._monotonic() - remembered[0] <= OUTAGE_GRACE_S:
+            if not self._outage_logged:
+                self._outage_logged = True
+                log.warning(
+                    "key lookups failing: recently verified keys keep working",
+                    extra={"error": type(exc).__name__},
+                )
+            return remembered[1]
+        raise ServiceUnavailable(
+            "authentication is temporarily unavailable; retry shortly",
+            code="auth_unavailable",
+            retry_after=2,
+        ) from None
 
     async def ensure_bootstrap_key(self) -> bool:
         """Store the configured bootstrap admin key; False (and retried later) on failure."""

@@ -15,11 +15,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-
 from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_from_ns
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
+from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.session import Database
 from hydrant.platform.inference.accounting import Outcome, RequestContext
 from hydrant.platform.ledger import repository
@@ -29,9 +27,7 @@ from hydrant.platform.ledger.spool import LedgerSpool
 
 log = logging.getLogger(__name__)
 
-# Errors that mean "the database is not there", as opposed to a bug in the entry.
-# `PoolTimeout` (no connection free in the pool) is SQLAlchemy's, not the builtin one.
-UNAVAILABLE = (OperationalError, DBAPIError, PoolTimeout, OSError, TimeoutError, ConnectionError)
+UNAVAILABLE = DATABASE_UNAVAILABLE
 
 # A live write that takes longer goes to the spool. Why: the response waits for its
 # entry, and a database that stops answering without refusing (a network partition)
