@@ -23,8 +23,7 @@ for name, path in ROOTS.items():
     package_dir[name] = path
     packages.append(name)
     packages.extend(
-        f"{name}.{sub}"
-        for sub in find_namespace_packages(where=path, exclude=["*__pycache__*"])
+        f"{name}.{sub}" for sub in find_namespace_packages(where=path, exclude=["*__pycache__*"])
     )
 
 setup(

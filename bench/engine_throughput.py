@@ -28,6 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -37,7 +38,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.sampling_params import SamplingParams
 
 SEED = 20240601
-SHAPE_100M = {
+SHAPE_100M: dict[str, Any] = {
     "hidden_size": 768,
     "intermediate_size": 2048,
     "num_hidden_layers": 12,
@@ -193,9 +194,8 @@ def print_kv(requests: list[Request], kv: dict[str, float]) -> None:
     contiguous_util = mean_len / max_len
     print(f"\nKV memory: {slots} token slots")
     print(f"{'scheme':<28}{'live share':>11}{'seqs that fit':>15}")
-    print(
-        f"{'paged (measured)':<28}{kv['paged_utilization']:>11.1%}{slots / (mean_blocks * block):>15.0f}"
-    )
+    paged_fit = slots / (mean_blocks * block)
+    print(f"{'paged (measured)':<28}{kv['paged_utilization']:>11.1%}{paged_fit:>15.0f}")
     print(f"{'contiguous max-length':<28}{contiguous_util:>11.1%}{slots // max_len:>15d}")
     print(f"(peak running sequences in Hydrant: {int(kv['peak_running'])})")
 

@@ -34,6 +34,7 @@ class AttentionMetadata:
     prefill_cu_seqlens_q: torch.Tensor
     prefill_context_lens: torch.Tensor
     prefill_max_q_len: int = 0
+    decode_plan: DecodePlan | None = None  # the torch path's per-step gather plan
 
     @property
     def num_prefills(self) -> int:
@@ -67,6 +68,43 @@ def _gather(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
 DECODE_GROUP = 16  # sequences per padded attention call (sorted by context length)
 
 
+@dataclass
+class DecodeGroup:
+    """Up to DECODE_GROUP decode sequences of similar context length, padded together."""
+
+    index: torch.Tensor  # rows of q that belong to the group
+    block_ids: torch.Tensor  # [g * num_blocks] long: every row's blocks, padded with block 0
+    mask: torch.Tensor  # [g, 1, 1, num_blocks * block_size] bool: real context positions
+
+
+DecodePlan = list[DecodeGroup]
+
+
+def plan_decode(
+    tables: list[list[int]], context_lens: list[int], block_size: int, device: torch.device
+) -> DecodePlan:
+    """Sort by context length and cut into groups, so a 30-token context never pays for a
+    2,000-token neighbour's padding. Built once per step and reused by every layer."""
+    order = list(range(len(context_lens)))
+    if len(order) > DECODE_GROUP:  # one group keeps the batch order (planned_... relies on it)
+        order.sort(key=context_lens.__getitem__)
+    plan: DecodePlan = []
+    for first in range(0, len(order), DECODE_GROUP):
+        rows = order[first : first + DECODE_GROUP]
+        num_blocks = -(-max(context_lens[r] for r in rows) // block_size)
+        ids = [b for r in rows for b in (tables[r] + [0] * num_blocks)[:num_blocks]]
+        lens = torch.tensor([context_lens[r] for r in rows], device=device)
+        positions = torch.arange(num_blocks * block_size, device=device)
+        plan.append(
+            DecodeGroup(
+                index=torch.tensor(rows, device=device),
+                block_ids=torch.tensor(ids, dtype=torch.long, device=device),
+                mask=(positions[None, :] < lens[:, None])[:, None, None, :],
+            )
+        )
+    return plan
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -75,56 +113,51 @@ def paged_decode_attention(
     context_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """One query per sequence [B, H, D] against its whole context (already in the cache).
-
-    Contexts are padded to the longest one of a call, so the batch is sorted
-    by context length and attended in groups of DECODE_GROUP: a 30-token
-    sequence then never pays for a 2,000-token neighbour.
-    """
-    batch = q.shape[0]
-    if batch <= DECODE_GROUP:
-        return _decode_group(q, k_cache, v_cache, block_tables, context_lens, scale)
-    lens = context_lens.tolist()
-    order = sorted(range(batch), key=lens.__getitem__)
-    out = torch.empty_like(q)
-    for first in range(0, batch, DECODE_GROUP):
-        index = torch.tensor(order[first : first + DECODE_GROUP], device=q.device)
-        out[index] = _decode_group(
-            q[index], k_cache, v_cache, block_tables[index], context_lens[index], scale
-        )
-    return out
+    """One query per sequence [B, H, D] against its whole context (already in the cache)."""
+    if q.shape[0] == 0:
+        return q
+    plan = plan_decode(block_tables.tolist(), context_lens.tolist(), k_cache.shape[1], q.device)
+    return planned_decode_attention(q, k_cache, v_cache, plan, scale)
 
 
-def _decode_group(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    scale: float,
+def planned_decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: DecodePlan, scale: float
 ) -> torch.Tensor:
-    """Padded gather + masked SDPA; the G query heads of a KV head ride as G query rows.
+    """Padded gather + masked SDPA per group; the G query heads of a KV head ride as G rows.
 
     Viewing q as [B, Hkv, G, D] makes GQA a plain attention of G "positions"
     per KV head (no causal mask: they are one position), so K/V are never
     repeated per query head.
     """
     batch, num_heads, head_dim = q.shape
-    if batch == 0:
-        return q
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    max_ctx = int(context_lens.max())
-    num_blocks = -(-max_ctx // block_size)
-    table = block_tables[:, :num_blocks]
-    keys = _gather(k_cache, table).transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
-    values = _gather(v_cache, table).transpose(1, 2).to(q.dtype)
-    positions = torch.arange(num_blocks * block_size, device=q.device)
-    mask = positions[None, :] < context_lens[:, None].to(positions.dtype)
+    num_kv_heads = k_cache.shape[2]
     grouped = q.view(batch, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    out = F.scaled_dot_product_attention(
-        grouped, keys, values, attn_mask=mask[:, None, None, :], scale=scale
+    if len(plan) == 1:  # a single group is in batch order
+        return _attend_group(grouped, k_cache, v_cache, plan[0], scale).reshape(q.shape)
+    out = torch.empty_like(grouped)
+    for group in plan:
+        out[group.index] = _attend_group(grouped[group.index], k_cache, v_cache, group, scale)
+    return out.reshape(q.shape)
+
+
+def _attend_group(
+    grouped_q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    group: DecodeGroup,
+    scale: float,
+) -> torch.Tensor:
+    rows, num_kv_heads, head_dim = grouped_q.shape[0], k_cache.shape[2], k_cache.shape[3]
+    shape = (rows, -1, num_kv_heads, head_dim)
+    keys = k_cache.index_select(0, group.block_ids).view(shape).transpose(1, 2)
+    values = v_cache.index_select(0, group.block_ids).view(shape).transpose(1, 2)
+    return F.scaled_dot_product_attention(
+        grouped_q,
+        keys.to(grouped_q.dtype),
+        values.to(grouped_q.dtype),
+        attn_mask=group.mask,
+        scale=scale,
     )
-    return out.reshape(batch, num_heads, head_dim)
 
 
 def paged_prefill_attention(

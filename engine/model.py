@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hydrant.engine.attention import AttentionMetadata
+from hydrant.engine.attention import AttentionMetadata, planned_decode_attention
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.layers import build_rope_cache
 from hydrant.engine.ops import TORCH_OPS, KernelOps
@@ -75,7 +75,11 @@ class Attention(nn.Module):
         self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         n_dec = meta.num_decode_tokens
         parts = []
-        if n_dec > 0:
+        if n_dec > 0 and meta.decode_plan is not None:
+            parts.append(
+                planned_decode_attention(q[:n_dec], k_cache, v_cache, meta.decode_plan, self.scale)
+            )
+        elif n_dec > 0:
             parts.append(
                 self.ops.paged_decode_attention(
                     q[:n_dec],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from hydrant.engine.attention import AttentionMetadata
+from hydrant.engine.attention import AttentionMetadata, plan_decode
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.kv_cache import (
@@ -27,7 +27,7 @@ from hydrant.engine.kv_cache import (
 )
 from hydrant.engine.loader import load_model
 from hydrant.engine.model import LlamaForCausalLM
-from hydrant.engine.ops import select_ops
+from hydrant.engine.ops import TORCH_OPS, select_ops
 from hydrant.engine.scheduler import ScheduledSeq, SchedulerOutput
 from hydrant.engine.sequence import Sequence
 
@@ -139,6 +139,11 @@ class ModelRunner:
             prefill_cu_seqlens_q=self._tensor(cu, torch.int32),
             prefill_context_lens=self._tensor(pre_ctx, torch.int32),
             prefill_max_q_len=max_q,
+            decode_plan=(
+                plan_decode(dec_tables, dec_ctx, bs, self.device)
+                if dec_ctx and self.model.ops is TORCH_OPS
+                else None
+            ),
         )
         return (
             self._tensor(ids, torch.long),

@@ -37,7 +37,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from hydrant.kernels.errors import KernelArgumentError
-from hydrant.kernels.quantization.linear import QuantizedLinear
+from hydrant.kernels.quantization.linear import QuantizedLinear, QuantMode
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -58,7 +58,7 @@ class QuantizedModuleSpec:
 class QuantizationManifest:
     """Which modules of a checkpoint are quantized, and how."""
 
-    mode: str
+    mode: QuantMode
     group_size: int
     modules: dict[str, QuantizedModuleSpec] = field(default_factory=dict)
 
@@ -82,9 +82,14 @@ class QuantizationManifest:
                     f"unsupported quantized checkpoint format {raw.get('format_version')!r}"
                 )
             modules = {name: QuantizedModuleSpec(**spec) for name, spec in raw["modules"].items()}
-            if raw["mode"] not in ("int8", "int4"):
+            mode: QuantMode
+            if raw["mode"] == "int8":
+                mode = "int8"
+            elif raw["mode"] == "int4":
+                mode = "int4"
+            else:
                 raise KernelArgumentError(f"unknown quantization mode {raw['mode']!r}")
-            return cls(mode=str(raw["mode"]), group_size=int(raw["group_size"]), modules=modules)
+            return cls(mode=mode, group_size=int(raw["group_size"]), modules=modules)
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, KernelArgumentError):
                 raise

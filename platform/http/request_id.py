@@ -18,7 +18,7 @@ def new_request_id() -> str:
 
 
 def request_id_for(scope: Scope) -> str:
-    state = scope.setdefault("state", {})  # type: ignore[typeddict-item]
+    state = scope.setdefault("state", {})
     request_id = state.get("request_id")
     if request_id is None:
         request_id = state["request_id"] = new_request_id()

@@ -68,7 +68,9 @@ def chat_prompt(request: ChatCompletionRequest, model: ServedModel) -> list[int]
     if request.tools:
         raise InvalidRequest("tools are not supported by this server", param="tools")
     if request.response_format and request.response_format.get("type") not in (None, "text"):
-        raise InvalidRequest("only response_format type 'text' is supported", "response_format")
+        raise InvalidRequest(
+            "only response_format type 'text' is supported", param="response_format"
+        )
     conversation = [
         {"role": m.role, "content": _message_text(m, i)} for i, m in enumerate(request.messages)
     ]

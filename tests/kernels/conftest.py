@@ -2,10 +2,10 @@
 
 `TRITON_INTERPRET` is read when a kernel is decorated with `@triton.jit`, i.e.
 when a launcher module (`hydrant.kernels.decode_attention`, ...) is first
-imported. This conftest is imported at collection, before any test module
-here, and nothing outside `hydrant.kernels`' launchers decorates kernels, so
-setting it here, first thing, is early enough (and a value given on the
-command line wins).
+imported; `hydrant.kernels.ops` imports them lazily. The root conftest sets
+it for the whole session on machines without a GPU; this repeats it (a
+no-op then) so `pytest tests/kernels` run from anywhere is interpreted too.
+A value given on the command line wins.
 """
 
 from __future__ import annotations

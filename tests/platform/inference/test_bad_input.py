@@ -43,7 +43,6 @@ async def api(
         kv_cache_bytes=16 * 1024 * 1024,
         max_request_body_bytes=64 * 1024,
     )
-    import asyncio
 
     await asyncio.to_thread(migrate.upgrade, settings.effective_database_url)
     engines = load_embedded_engines(settings)
