@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -46,8 +45,19 @@ def hydrant_kernel_ops() -> KernelOps:
     """`hydrant.kernels.ops` (imported lazily: it is only needed when chosen)."""
     from hydrant.kernels import ops
 
-    def prefill(*args: Any, max_seqlen_q: int | None = None) -> torch.Tensor:
-        result: torch.Tensor = ops.paged_prefill_attention(*args, max_seqlen_q=max_seqlen_q)
+    def prefill(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+        max_seqlen_q: int | None = None,
+    ) -> torch.Tensor:
+        result: torch.Tensor = ops.paged_prefill_attention(
+            q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, max_seqlen_q
+        )
         return result
 
     return KernelOps(
