@@ -8,6 +8,7 @@ value object read once and passed in, never read from the environment here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -42,6 +43,11 @@ class EngineConfig:
     Triton kernels on CUDA and the engine's torch versions on CPU.
     `dtype="auto"` means the checkpoint's dtype on CUDA and float32 on CPU,
     where half-precision matmuls are slow or missing.
+    `quantization` quantizes the float weights after loading (weight-only,
+    round-to-nearest; the output head stays in float); a checkpoint written
+    by `hydrant models quantize` is loaded as it is, without re-quantizing.
+    `kv_cache_dtype="int8"` is refused for now: the engine's attention path
+    does not yet carry the per-token K/V scales the int8 layout needs.
     """
 
     block_size: int = 16
@@ -60,6 +66,8 @@ class EngineConfig:
     max_model_len: int | None = None
     show_progress: bool = True
     kernels: str = "auto"
+    quantization: Literal["int8", "int4"] | None = None
+    kv_cache_dtype: Literal["auto", "int8"] = "auto"
 
     def __post_init__(self) -> None:
         positive = {
@@ -89,6 +97,19 @@ class EngineConfig:
         if self.kernels not in ("auto", "torch", "hydrant"):
             raise EngineConfigError(
                 f"kernels must be 'auto', 'torch' or 'hydrant', got {self.kernels!r}"
+            )
+        if self.quantization not in (None, "int8", "int4"):
+            raise EngineConfigError(
+                f"quantization must be None, 'int8' or 'int4', got {self.quantization!r}"
+            )
+        if self.kv_cache_dtype == "int8":
+            raise EngineConfigError(
+                "kv_cache_dtype='int8' is not yet supported: the engine's attention path "
+                "does not carry K/V scales yet (issue #5); use 'auto'"
+            )
+        if self.kv_cache_dtype != "auto":
+            raise EngineConfigError(
+                f"kv_cache_dtype must be 'auto' or 'int8', got {self.kv_cache_dtype!r}"
             )
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise EngineConfigError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")

@@ -25,9 +25,9 @@ from hydrant.engine.kv_cache import (
     copy_blocks,
     num_blocks_from_budget,
 )
-from hydrant.engine.loader import load_model
 from hydrant.engine.model import LlamaForCausalLM
 from hydrant.engine.ops import TORCH_OPS, select_ops
+from hydrant.engine.quantized_weights import load_engine_model
 from hydrant.engine.scheduler import ScheduledSeq, SchedulerOutput
 from hydrant.engine.sequence import Sequence
 
@@ -72,9 +72,7 @@ class ModelRunner:
     ) -> ModelRunner:
         dtype = config.torch_dtype(model_config.checkpoint_dtype)
         ops = select_ops(config.kernels, torch.device(config.device))
-        model = load_model(
-            model_dir, model_config, config.device, dtype, max_model_len, config.show_progress, ops
-        )
+        model = load_engine_model(model_dir, model_config, config, dtype, max_model_len, ops)
         logger.info("model ops: %s", ops.name)
         return cls(model, model_config, config, max_model_len, dtype)
 

@@ -43,7 +43,10 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
         log.info("loading model", extra={"model": spec.name, "path": str(spec.path)})
         metrics_registry = CollectorRegistry()
         config = EngineConfig(
-            device=settings.device, dtype=settings.dtype, kv_cache_bytes=settings.kv_cache_bytes
+            device=settings.device,
+            dtype=settings.dtype,
+            kv_cache_bytes=settings.kv_cache_bytes,
+            quantization=settings.quantization,  # type: ignore[arg-type]  # validated there
         )
         engine = LLMEngine.from_pretrained(
             spec.path, config, metrics=EngineMetrics(metrics_registry, model=spec.name)

@@ -61,6 +61,7 @@ class Settings:
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     kv_cache_bytes: int = 256 * 1024 * 1024
+    quantization: str | None = None
     max_request_body_bytes: int = 4 * 1024 * 1024
     default_max_tokens: int = 256
     price_input_per_mtok: Decimal = Decimal("0.10")

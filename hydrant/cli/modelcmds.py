@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hydrant.cli.context import CliContext, not_yet, pass_context
+from hydrant.cli.context import CliContext, pass_context
 
 
 @click.group()
@@ -31,8 +31,30 @@ def models_list(cli: CliContext) -> None:
 @click.argument("dst", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--mode", type=click.Choice(["int8", "int4"]), required=True)
 def models_quantize(src: Path, dst: Path, mode: str) -> None:
-    """Write a weight-only quantized copy of SRC to DST (loads without re-quantizing)."""
-    not_yet("offline quantization", 5)
+    """Write a weight-only quantized copy of SRC to DST (loads without re-quantizing).
+
+    Serve DST like any checkpoint: the engine sees its manifest and loads the
+    stored codes. The output head and embeddings stay in float.
+    """
+    from hydrant.engine.errors import ModelLoadError
+    from hydrant.engine.quantized_weights import quantize_checkpoint
+
+    try:
+        report = quantize_checkpoint(
+            src, dst, "int4" if mode == "int4" else "int8", lambda step: click.echo(step, err=True)
+        )
+    except ModelLoadError as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(
+        f"quantized {len(report.quantized)} linear layers to {report.mode} "
+        f"({len(report.skipped)} kept in float)"
+    )
+    click.echo(
+        f"linear weight bytes: {report.bytes_before} -> {report.bytes_after} "
+        f"({report.ratio_vs_float16:.2f}x of float16)"
+    )
+    click.echo(f"model bytes: {report.model_bytes_before} -> {report.model_bytes_after}")
+    click.echo(str(dst))
 
 
 @click.command("demo-model")

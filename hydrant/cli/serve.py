@@ -35,9 +35,18 @@ def prepare_embedded(settings: Settings) -> None:
     metavar="NAME=PATH",
     help="Serve this checkpoint directory under NAME (repeatable; HYDRANT_MODELS).",
 )
+@click.option(
+    "--quantization",
+    type=click.Choice(["int8", "int4"]),
+    help="Quantize float weights on load (HYDRANT_QUANTIZATION).",
+)
 @pass_context
 def serve(
-    cli: CliContext, host: str | None, port: int | None, model_specs: tuple[str, ...]
+    cli: CliContext,
+    host: str | None,
+    port: int | None,
+    model_specs: tuple[str, ...],
+    quantization: str | None,
 ) -> None:
     """Run the API gateway: /v1 (OpenAI-compatible), /admin, /ui, /metrics, /healthz, /readyz."""
     import uvicorn
@@ -49,7 +58,7 @@ def serve(
     from hydrant.runtime import load_embedded_engines
 
     models = tuple(ModelSpec.parse(spec) for spec in model_specs) or None
-    settings = cli.settings(host=host, port=port, models=models)
+    settings = cli.settings(host=host, port=port, models=models, quantization=quantization)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     prepare_embedded(settings)
     if settings.auto_migrate:

@@ -42,7 +42,6 @@ def test_each_command_has_help(name: str) -> None:
     [
         (["worker"], "#6"),
         (["jobs", "beat"], "#7"),
-        (["models", "quantize", ".", "x", "--mode", "int8"], "#5"),
     ],
 )
 def test_later_features_refuse_instead_of_pretending(args: list[str], issue: str) -> None:

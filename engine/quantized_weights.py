@@ -1,0 +1,151 @@
+"""Weight-only quantization for the engine: quantize on load, or load a quantized checkpoint.
+
+Two ways in, one result (a model whose linears are `QuantizedLinear`):
+
+- a float checkpoint plus `EngineConfig.quantization`: the float model is
+  loaded as usual and `quantize_model` transforms it in place (gpt-fast's
+  rule: the mode is an explicit option, never guessed from a file name);
+- a directory written by `hydrant models quantize` (it holds a Hydrant
+  quantization manifest): the model is built with empty `QuantizedLinear`
+  modules and the stored codes are loaded as they are, so a server start
+  never pays for quantization and every replica serves identical weights.
+
+The checkpoint keeps the engine's own parameter names (fused `qkv_proj`,
+`gate_up_proj`), since the quantized codes of a fused matrix cannot be split
+back into the Hugging Face parts.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from hydrant.engine.config import ModelConfig
+from hydrant.engine.engine_config import EngineConfig, EngineConfigError
+from hydrant.engine.errors import ModelLoadError
+from hydrant.engine.loader import INDEX_FILE, load_model
+from hydrant.engine.model import LlamaForCausalLM
+from hydrant.engine.ops import TORCH_OPS, KernelOps
+from hydrant.kernels.errors import KernelArgumentError
+from hydrant.kernels.quantization import (
+    QuantizationManifest,
+    QuantizationMode,
+    QuantizationReport,
+    load_quantized,
+    quantize_model,
+    read_quantization_manifest,
+    save_quantized,
+)
+from hydrant.kernels.quantization.footprint import module_bytes
+
+logger = logging.getLogger(__name__)
+
+# Files of a float checkpoint that a quantized copy must not carry over.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def load_engine_model(
+    model_dir: Path,
+    model_config: ModelConfig,
+    config: EngineConfig,
+    dtype: torch.dtype,
+    max_model_len: int,
+    ops: KernelOps = TORCH_OPS,
+) -> LlamaForCausalLM:
+    """The model the engine runs: float, quantized on load, or read already quantized."""
+    manifest = read_quantization_manifest(model_dir)
+    if manifest is not None:
+        if config.quantization not in (None, manifest.mode):
+            raise EngineConfigError(
+                f"{model_dir} is quantized {manifest.mode}; it cannot be served as "
+                f"quantization={config.quantization!r} (use the float checkpoint)"
+            )
+        return load_quantized_model(
+            model_dir, model_config, manifest, config.device, dtype, max_model_len, ops
+        )
+    model = load_model(
+        model_dir, model_config, config.device, dtype, max_model_len, config.show_progress, ops
+    )
+    if config.quantization is not None:
+        log_report(quantize_model(model, config.quantization))
+    return model
+
+
+def load_quantized_model(
+    model_dir: Path,
+    model_config: ModelConfig,
+    manifest: QuantizationManifest,
+    device: str,
+    dtype: torch.dtype,
+    max_model_len: int,
+    ops: KernelOps = TORCH_OPS,
+) -> LlamaForCausalLM:
+    """Build empty, swap in `QuantizedLinear` shells, read the stored codes (no quantizing)."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(model_config, ops)
+    model.to_empty(device=device)
+    try:
+        load_quantized(model, model_dir, device)
+    except KernelArgumentError as exc:
+        raise ModelLoadError(f"cannot load quantized checkpoint {model_dir}: {exc}") from exc
+    model.to(dtype)  # float tensors and scales only; the int8/uint8 codes keep their dtype
+    model.init_rope(max_model_len)
+    logger.info(
+        "loaded %s checkpoint without re-quantizing: %d quantized linears, %d weight bytes",
+        manifest.mode,
+        len(manifest.modules),
+        module_bytes(model),
+    )
+    return model.eval()
+
+
+def log_report(report: QuantizationReport) -> None:
+    """Log what quantization saved; operators size pools by these numbers."""
+    logger.info(
+        "quantized weights to %s: %d linears (%d left in float), linear bytes %d -> %d, "
+        "model bytes %d -> %d",
+        report.mode,
+        len(report.quantized),
+        len(report.skipped),
+        report.bytes_before,
+        report.bytes_after,
+        report.model_bytes_before,
+        report.model_bytes_after,
+    )
+
+
+def quantize_checkpoint(
+    src: Path,
+    dst: Path,
+    mode: QuantizationMode,
+    progress: Callable[[str], None] = lambda _: None,
+) -> QuantizationReport:
+    """Write a quantized copy of the float checkpoint `src` to `dst` (offline, on CPU).
+
+    Weights are loaded in the checkpoint's own dtype so the scales are rounded
+    to the dtype they are stored in; every non-weight file (config, tokenizer,
+    generation config, chat template) is copied so `dst` serves on its own.
+    """
+    src, dst = Path(src), Path(dst)
+    if read_quantization_manifest(src) is not None:
+        raise ModelLoadError(f"{src} is already a quantized checkpoint")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise ModelLoadError(f"{dst} exists and is not an empty directory")
+    model_config = ModelConfig.from_pretrained(src)
+    dtype = model_config.checkpoint_dtype or torch.float32
+    progress(f"loading {src} ({str(dtype).removeprefix('torch.')})")
+    model = load_model(src, model_config, "cpu", dtype, 1, show_progress=False)
+    progress(f"quantizing to {mode}")
+    report = quantize_model(model, mode)
+    if not report.quantized:
+        raise ModelLoadError(f"no linear layer of {src} can be quantized to {mode}")
+    progress(f"writing {dst}")
+    save_quantized(model, dst)
+    for path in sorted(src.iterdir()):
+        if path.is_file() and path.name != INDEX_FILE and path.suffix not in _WEIGHT_SUFFIXES:
+            shutil.copy2(path, dst / path.name)
+    return report
