@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, get, post
@@ -9,6 +11,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.response import Response, Stream
 
+from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.errors import PermissionDenied
 from hydrant.platform.http.request_id import request_id_for
@@ -23,7 +26,7 @@ from hydrant.platform.inference.schemas import (
     ModelList,
     decode_body,
 )
-from hydrant.platform.inference.service import InferenceService
+from hydrant.platform.inference.service import Generation, InferenceService
 from hydrant.platform.models.registry import ModelRegistry, ServedModel
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -66,6 +69,44 @@ def _screen(
     guard.check(principal.key_id, prepared.prompt_token_ids, model.tokenizer.special_token_ids)
 
 
+@dataclass(frozen=True)
+class _Endpoint:
+    """What differs between the two generation endpoints; the request path is shared."""
+
+    body: type[ChatCompletionRequest] | type[CompletionRequest]
+    prepare: Callable[[Any, ServedModel, int], PreparedRequest]
+    stream: Callable[[Generation, Tokenizer], AsyncIterator[bytes]]
+    whole: Callable[[Generation, Tokenizer], Awaitable[object]]
+
+
+CHAT = _Endpoint(ChatCompletionRequest, prepare_chat, render.chat_stream, render.chat_completion)
+TEXT = _Endpoint(
+    CompletionRequest, prepare_completion, render.completion_stream, render.text_completion
+)
+
+
+async def _serve(
+    request: Request[Any, Any, Any], state: State, principal: Principal, endpoint: _Endpoint
+) -> Any:
+    body = decode_body(await request.body(), endpoint.body)
+    registry: ModelRegistry = state.registry
+    model = registry.get(body.model)
+    _check_model_allowed(principal, model.name)
+    prepared = endpoint.prepare(body, model, state.settings.default_max_tokens)
+    _screen(state, principal, model, prepared)
+    ctx = _context(request, principal, model, prepared)
+    ctx.priority = body.priority
+    service: InferenceService = state.inference
+    generation = await service.start(ctx, model)
+    if prepared.stream:
+        return Stream(
+            endpoint.stream(generation, model.tokenizer),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+        )
+    return Response(await endpoint.whole(generation, model.tokenizer))
+
+
 class InferenceController(Controller):
     path = "/v1"
 
@@ -83,42 +124,10 @@ class InferenceController(Controller):
     async def chat_completions(
         self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
-        body = decode_body(await request.body(), ChatCompletionRequest)
-        registry: ModelRegistry = state.registry
-        model = registry.get(body.model)
-        _check_model_allowed(principal, model.name)
-        prepared = prepare_chat(body, model, state.settings.default_max_tokens)
-        _screen(state, principal, model, prepared)
-        ctx = _context(request, principal, model, prepared)
-        ctx.priority = body.priority
-        service: InferenceService = state.inference
-        generation = await service.start(ctx, model)
-        if prepared.stream:
-            return Stream(
-                render.chat_stream(generation, model.tokenizer),
-                media_type="text/event-stream",
-                headers=SSE_HEADERS,
-            )
-        return Response(await render.chat_completion(generation, model.tokenizer))
+        return await _serve(request, state, principal, CHAT)
 
     @post("/completions", status_code=200)
     async def completions(
         self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
-        body = decode_body(await request.body(), CompletionRequest)
-        registry: ModelRegistry = state.registry
-        model = registry.get(body.model)
-        _check_model_allowed(principal, model.name)
-        prepared = prepare_completion(body, model, state.settings.default_max_tokens)
-        _screen(state, principal, model, prepared)
-        ctx = _context(request, principal, model, prepared)
-        ctx.priority = body.priority
-        service: InferenceService = state.inference
-        generation = await service.start(ctx, model)
-        if prepared.stream:
-            return Stream(
-                render.completion_stream(generation, model.tokenizer),
-                media_type="text/event-stream",
-                headers=SSE_HEADERS,
-            )
-        return Response(await render.text_completion(generation, model.tokenizer))
+        return await _serve(request, state, principal, TEXT)
