@@ -8,12 +8,17 @@ device price, so reports can show revenue, cost and margin from one row.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
+
+from sqlalchemy.exc import DataError, IntegrityError
 
 from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_from_ns
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
@@ -28,6 +33,8 @@ from hydrant.platform.ledger.spool import LedgerSpool
 log = logging.getLogger(__name__)
 
 UNAVAILABLE = DATABASE_UNAVAILABLE
+# The database answered and said no: retrying will not help, spooling would block replay.
+REFUSED = (IntegrityError, DataError)
 
 # A live write that takes longer goes to the spool. Why: the response waits for its
 # entry, and a database that stops answering without refusing (a network partition)
@@ -83,10 +90,41 @@ class DatabaseLedger:
             await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
 
     async def _flush(self, raws: list[dict[str, Any]]) -> None:
-        """One transaction for a group of entries (see group_commit.py)."""
+        """One transaction for a group of entries (see group_commit.py).
+
+        If the database refuses the group's rows (a constraint, not an outage), each
+        entry is retried alone so one bad entry cannot take its neighbours down with
+        it; the ones refused alone are kept in the rejected file, never dropped.
+        """
+        try:
+            await self._insert(raws)
+        except REFUSED:
+            for raw in raws:
+                try:
+                    await self._insert([raw])
+                except REFUSED as exc:
+                    await asyncio.to_thread(self._reject, raw, exc)
+
+    async def _insert(self, raws: list[dict[str, Any]]) -> None:
         async with self.database.session() as session:
             entries = [await self.price_entry(session, raw) for raw in raws]
             await repository.insert_if_absent(session, entries)
+
+    @property
+    def rejected_path(self) -> Path:
+        return self.spool.path.with_name(self.spool.path.name + ".rejected")
+
+    def _reject(self, raw: dict[str, Any], exc: BaseException) -> None:
+        """Keep an entry the database will never accept, durably, for a person to resolve."""
+        line = json.dumps({"entry": raw, "error": type(exc).__name__}, sort_keys=True) + "\n"
+        with open(self.rejected_path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        log.error(
+            "ledger entry refused by the database; kept in the rejected file",
+            extra={"request_id": raw.get("request_id"), "error": type(exc).__name__},
+        )
 
     async def _write_within_timeout(self, ctx: RequestContext, outcome: Outcome) -> None:
         """The live write, or `TimeoutError` after `write_timeout_s` (the write goes on)."""
@@ -118,9 +156,13 @@ class DatabaseLedger:
         }
 
     async def _model_id(self, session: Any, name: str) -> str:
+        """The model's row id; a missing row is created and committed on its own first, so the
+        cached id never points at a row that a rolled-back batch took with it."""
         model_id = self._model_ids.get(name)
         if model_id is None:
-            model_id = self._model_ids[name] = await repository.ensure_model(session, name)
+            async with self.database.session() as own:
+                model_id = await repository.ensure_model(own, name)
+            self._model_ids[name] = model_id
         return model_id
 
     async def _price_at(self, session: Any, model_id: str, moment: datetime) -> PriceVersion | None:
@@ -181,9 +223,10 @@ class DatabaseLedger:
         """Move spooled entries into the database (idempotent); returns how many were sent."""
 
         async def sink(raw: dict[str, Any]) -> None:
-            async with self.database.session() as session:
-                entry = await self.price_entry(session, raw)
-                await repository.insert_if_absent(session, [entry])
+            try:
+                await self._insert([raw])
+            except REFUSED as exc:  # would block every entry behind it: set aside, go on
+                await asyncio.to_thread(self._reject, raw, exc)
 
         result = await self.spool.replay(sink)
         if result.error is not None:
