@@ -53,7 +53,8 @@ class TenantQuota:
 
 
 def _require_id(value: str, name: str) -> str:
-    if not value or any(c.isspace() or c in "{}:" for c in value):
+    # Same test as a per-character loop, in C (see `checks._require_name`).
+    if value.split() != [value] or "{" in value or "}" in value or ":" in value:
         raise ValueError(f"{name} must be non-empty, without spaces, braces or colons")
     return value
 
