@@ -144,6 +144,24 @@ def _w4a16_kernel(
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
+def _k_per_split(k: int, config: MatmulConfig) -> int:
+    """The K range of one split, a whole number of K tiles."""
+    return int(triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k)
+
+
+def _launch_options(config: MatmulConfig, dtype: torch.dtype) -> dict[str, object]:
+    """Tile sizes, dot precision and launch shape shared by both weight-only kernels."""
+    return {
+        "BLOCK_M": config.block_m,
+        "BLOCK_N": config.block_n,
+        "BLOCK_K": config.block_k,
+        "COMPUTE": dot_dtype(dtype),
+        "PRECISION": dot_precision(dtype),
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+    }
+
+
 def w8a16_matmul(
     x: torch.Tensor,
     qweight: torch.Tensor,
@@ -161,7 +179,7 @@ def w8a16_matmul(
     config = config or matmul_config(m, n, k, x.device, max_block_k=128)
     target = output(x, n, config)
     if m and n:
-        k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+        k_per_split = _k_per_split(k, config)
         _w8a16_kernel[grid(m, n, config)](
             x,
             qweight,
@@ -173,13 +191,7 @@ def w8a16_matmul(
             x.stride(0),
             qweight.stride(0),
             k_per_split,
-            BLOCK_M=config.block_m,
-            BLOCK_N=config.block_n,
-            BLOCK_K=config.block_k,
-            COMPUTE=dot_dtype(x.dtype),
-            PRECISION=dot_precision(x.dtype),
-            num_warps=config.num_warps,
-            num_stages=config.num_stages,
+            **_launch_options(config, x.dtype),
         )
     elif config.split_k > 1:
         target.zero_()
@@ -213,7 +225,7 @@ def w4a16_matmul(
     )
     target = output(x, n, config)
     if m and n:
-        k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+        k_per_split = _k_per_split(k, config)
         _w4a16_kernel[grid(m, n, config)](
             x,
             qweight,
@@ -229,13 +241,7 @@ def w4a16_matmul(
             zeros.stride(0),
             k_per_split,
             group_size,
-            BLOCK_M=config.block_m,
-            BLOCK_N=config.block_n,
-            BLOCK_K=config.block_k,
-            COMPUTE=dot_dtype(x.dtype),
-            PRECISION=dot_precision(x.dtype),
-            num_warps=config.num_warps,
-            num_stages=config.num_stages,
+            **_launch_options(config, x.dtype),
         )
     elif config.split_k > 1:
         target.zero_()
