@@ -10,10 +10,11 @@ from hydrant import __version__
 from hydrant.cli.admin import keys, tenants
 from hydrant.cli.context import CliContext
 from hydrant.cli.database import migrate
-from hydrant.cli.later import jobs, worker
+from hydrant.cli.jobscmd import jobs
 from hydrant.cli.modelcmds import capacity, demo_model, models
 from hydrant.cli.reportcmd import report
 from hydrant.cli.serve import serve
+from hydrant.cli.workercmd import worker
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

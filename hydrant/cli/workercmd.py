@@ -1,4 +1,4 @@
-"""Command families whose features land with later issues: real help, honest refusal."""
+"""`hydrant worker`: one engine on one device, serving a model's pool (issue #6)."""
 
 from __future__ import annotations
 
@@ -18,20 +18,3 @@ def worker(model: str | None, device: str, port: int | None) -> None:
     and wake with weights kept warm in host memory.
     """
     not_yet("the engine worker process", 6)
-
-
-@click.group()
-def jobs() -> None:
-    """Celery job worker and beat: digests, rollups, spool replay, scale-to-zero."""
-
-
-@jobs.command("worker")
-def jobs_worker() -> None:
-    """Run a Celery worker for Hydrant's jobs."""
-    not_yet("the Celery job worker", 7)
-
-
-@jobs.command("beat")
-def jobs_beat() -> None:
-    """Run Celery beat (the schedule of Hydrant's periodic jobs)."""
-    not_yet("the Celery beat schedule", 7)
