@@ -1,0 +1,1 @@
+"""The page handlers, one module per area (sign-in, tenants, keys, models, reports)."""
