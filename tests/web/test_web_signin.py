@@ -142,3 +142,16 @@ async def test_pages_are_not_cached_or_framed(cp: ControlPlane) -> None:
     assert re.search(r'<html lang="en">', html)
     assert 'href="#main"' in html and 'id="main"' in html
     assert csrf_token(html)
+
+
+async def test_guessing_keys_on_the_form_blocks_the_source_like_the_api(cp: ControlPlane) -> None:
+    # The sign-in form checks keys too, so its guesses count against the same
+    # brute-force guard as bearer headers: past the limit even the right key is refused.
+    wrong = cp.admin_secret[:-4] + ("AAAA" if not cp.admin_secret.endswith("AAAA") else "BBBB")
+    for _ in range(cp.settings.auth_max_failures):
+        assert (await sign_in(cp.client, wrong)).status_code == 401
+    blocked = await sign_in(cp.client, cp.admin_secret)
+    assert blocked.status_code == 429
+    assert SESSION_COOKIE not in set_cookie_headers(blocked)
+    api = await cp.client.get("/admin/tenants", headers={"Authorization": f"Bearer {wrong}"})
+    assert api.status_code == 429  # one guard for both doors

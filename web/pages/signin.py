@@ -13,9 +13,9 @@ from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery, QueryParameter
 
-from hydrant.platform.auth.dependencies import authenticator_of
+from hydrant.platform.auth.dependencies import authenticate_guarded, authenticator_of
 from hydrant.platform.auth.principal import ADMIN_SCOPE, INFERENCE_SCOPE, Principal
-from hydrant.platform.errors import DomainError, PermissionDenied
+from hydrant.platform.errors import DomainError, PermissionDenied, RateLimited
 from hydrant.web.context import Page, safe_next
 from hydrant.web.forms import read_form
 
@@ -69,10 +69,10 @@ class SignInController(Controller):
         try:
             principal, scope = await _authenticate(request, key)
         except DomainError as exc:
-            message = exc.message if isinstance(exc, PermissionDenied) else NOT_ACCEPTED
+            message = exc.message if isinstance(exc, PermissionDenied | RateLimited) else NOT_ACCEPTED
             return page.render(
                 "sign_in.html",
-                status=exc.status if exc.status in (401, 403) else 400,
+                status=exc.status if exc.status in (401, 403, 429) else 400,
                 next_path=next_path,
                 notice=None,
                 error=message,
@@ -91,11 +91,14 @@ class SignInController(Controller):
 
 async def _authenticate(request: Request[Any, Any, Any], key: str) -> tuple[Principal, str]:
     """An admin key, or else a tenant's inference key: (principal, the scope it signed in with)."""
-    authenticator = authenticator_of(request.app.state)
     header = f"Bearer {key}"
     try:
-        return await authenticator.authenticate(header, ADMIN_SCOPE), ADMIN_SCOPE
+        # Through the brute-force guard, like a bearer header: guesses made on this form
+        # count against their source and a blocked source is refused here too.
+        return await authenticate_guarded(request, header, ADMIN_SCOPE), ADMIN_SCOPE
     except PermissionDenied as exc:
         if exc.code != "insufficient_scope":
             raise
+    # The key is valid (only its scope was wrong): no guess to count on the second look.
+    authenticator = authenticator_of(request.app.state)
     return await authenticator.authenticate(header, INFERENCE_SCOPE), INFERENCE_SCOPE

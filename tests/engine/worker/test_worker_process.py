@@ -1,0 +1,281 @@
+"""A real `hydrant worker` process on the real Redis: auth, streaming, drain, heartbeat expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+import redis
+
+from hydrant.engine.protocol import GenerateChunk, GenerateRequest, Sampling
+from hydrant.engine.worker.wire import (
+    SECRET_HEADER,
+    Frame,
+    FrameReader,
+    WorkerRecord,
+    pool_key,
+    record_decoder,
+    record_key,
+)
+from hydrant.platform.dispatch.directory import WorkerDirectory
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+SECRET = "worker-test-secret"
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    prefix: str
+    redis_url: str
+    log: Path
+
+    def record(self) -> WorkerRecord | None:
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            ids = client.zrange(pool_key(self.prefix, "demo"), 0, -1)
+            for worker_id in ids:
+                raw = client.get(record_key(self.prefix, worker_id.decode()))
+                if raw is not None:
+                    return record_decoder.decode(raw)
+            return None
+        finally:
+            client.close()
+
+    @property
+    def address(self) -> str:
+        record = self.record()
+        assert record is not None
+        return record.address
+
+
+def start_worker(model_dir: Path, redis_url: str, tmp_path: Path, prefix: str) -> Worker:
+    log = tmp_path / f"worker-{uuid.uuid4().hex[:6]}.log"
+    env = {
+        **os.environ,
+        "HYDRANT_REDIS_URL": redis_url,
+        "HYDRANT_WORKER_SECRET": SECRET,
+        "HYDRANT_WORKER_REGISTRY_PREFIX": prefix,
+        "HYDRANT_WORKER_HEARTBEAT_S": "0.5",
+        "HYDRANT_WORKER_HEARTBEAT_TTL_S": "2",
+        "HYDRANT_KV_CACHE_BYTES": str(16 * 1024 * 1024),
+        "HYDRANT_LOG_FORMAT": "text",
+        "HYDRANT_DATA_DIR": str(tmp_path),
+    }
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hydrant.cli",
+                "worker",
+                "--model",
+                "demo",
+                "--path",
+                str(model_dir),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    worker = Worker(process, prefix, redis_url, log)
+    deadline = time.monotonic() + 90
+    while True:
+        record = worker.record()
+        if record is not None and record.state == "ready":
+            return worker
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("worker did not start:\n" + log.read_text()[-3000:])
+        time.sleep(0.2)
+
+
+def _cleanup(worker: Worker) -> None:
+    if worker.process.poll() is None:
+        worker.process.kill()
+        worker.process.wait(10)
+    client = redis.Redis.from_url(worker.redis_url)
+    keys = list(client.scan_iter(f"{worker.prefix}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture()
+def worker(demo_model_dir: Path, redis_url: str, tmp_path: Path) -> Iterator[Worker]:
+    """A worker of its own, for tests that stop it."""
+    w = start_worker(demo_model_dir, redis_url, tmp_path, f"hydrant-test:{uuid.uuid4().hex}")
+    try:
+        yield w
+    finally:
+        _cleanup(w)
+
+
+@pytest.fixture(scope="module")
+def shared_worker(
+    demo_model_dir: Path, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worker]:
+    """One worker for the tests that leave it running (a start costs seconds of CPU)."""
+    tmp = tmp_path_factory.mktemp("worker")
+    w = start_worker(demo_model_dir, redis_url, tmp, f"hydrant-test:{uuid.uuid4().hex}")
+    try:
+        yield w
+    finally:
+        _cleanup(w)
+
+
+def generate(
+    address: str, request: GenerateRequest, secret: str = SECRET
+) -> tuple[int, list[Frame]]:
+    frames: list[Frame] = []
+    with httpx.stream(
+        "POST",
+        f"{address}/generate",
+        content=msgspec.msgpack.encode(request),
+        headers={SECRET_HEADER: secret},
+        timeout=60,
+    ) as response:
+        if response.status_code != 200:
+            response.read()
+            return response.status_code, []
+        reader = FrameReader()
+        for data in response.iter_raw():
+            frames.extend(reader.feed(data))
+    return 200, frames
+
+
+def long_request(request_id: str, max_tokens: int = 300) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=request_id,
+        prompt_token_ids=list(range(10, 60)),
+        sampling=Sampling(max_tokens=max_tokens, temperature=0, ignore_eos=True),
+    )
+
+
+def test_every_route_but_healthz_needs_the_secret(shared_worker: Worker) -> None:
+    worker = shared_worker
+    base = worker.address
+    assert httpx.get(f"{base}/healthz").status_code == 200
+    for method, path in [
+        ("GET", "/stats"),
+        ("GET", "/metrics"),
+        ("POST", "/sleep"),
+        ("POST", "/drain"),
+    ]:
+        assert httpx.request(method, f"{base}{path}").status_code == 401, path
+        wrong = httpx.request(method, f"{base}{path}", headers={SECRET_HEADER: SECRET + "x"})
+        assert wrong.status_code == 401, path
+        bad_bearer = httpx.request(
+            method, f"{base}{path}", headers={"Authorization": f"Bearer {SECRET}x"}
+        )
+        assert bad_bearer.status_code == 401, path
+    status, _ = generate(base, long_request("r0", 2), secret="nope")
+    assert status == 401
+    stats = httpx.get(f"{base}/stats", headers={SECRET_HEADER: SECRET}).json()
+    assert stats["state"] == "ready" and stats["stats"]["num_total_blocks"] > 0
+    metrics = httpx.get(f"{base}/metrics", headers={SECRET_HEADER: SECRET}).text
+    assert "hydrant_kv_cache_usage_perc" in metrics
+    # Prometheus' PodMonitor can only send the secret as a bearer token.
+    scraped = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {SECRET}"})
+    assert scraped.status_code == 200 and "hydrant_kv_cache_usage_perc" in scraped.text
+    assert worker.process.poll() is None  # nothing above stopped it
+
+
+def test_generate_streams_chunks_and_refuses_a_bad_request_with_400(shared_worker: Worker) -> None:
+    worker = shared_worker
+    status, frames = generate(worker.address, long_request("r1", 5))
+    assert status == 200
+    chunks = [f.chunk for f in frames if f.chunk is not None]
+    assert all(isinstance(c, GenerateChunk) for c in chunks)
+    assert chunks[-1].finished and chunks[-1].usage is not None
+    assert (
+        chunks[-1].usage.completion_tokens == 5 == sum(len(c.choices[0].token_ids) for c in chunks)
+    )
+    bad = GenerateRequest(
+        request_id="r2", prompt_token_ids=[1, 2], sampling=Sampling(temperature=-1)
+    )
+    response = httpx.post(
+        f"{worker.address}/generate",
+        content=msgspec.msgpack.encode(bad),
+        headers={SECRET_HEADER: SECRET},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "temperature"
+
+
+def test_unload_frees_the_engine_and_load_brings_it_back(shared_worker: Worker) -> None:
+    base, auth = shared_worker.address, {SECRET_HEADER: SECRET}
+    assert httpx.post(f"{base}/unload", headers=auth).json()["state"] == "unloaded"
+    assert httpx.get(f"{base}/healthz").status_code == 503
+    assert generate(base, long_request("u1", 2))[0] == 503  # the gateway retries elsewhere
+    assert shared_worker.record().state == "unloaded"  # type: ignore[union-attr]
+    loaded = httpx.post(f"{base}/load", headers=auth, json={}, timeout=120)
+    assert loaded.status_code == 200 and loaded.json()["state"] == "ready"
+    status, frames = generate(base, long_request("u2", 3))
+    assert status == 200 and frames[-1].chunk is not None and frames[-1].chunk.finished
+    missing = httpx.post(f"{base}/load", headers=auth, json={"path": "/nowhere"}, timeout=60)
+    assert missing.status_code == 409  # a model is loaded: unload first
+
+
+def test_sigterm_finishes_running_requests_then_deregisters_and_exits_0(worker: Worker) -> None:
+    address = worker.address
+    results: list[tuple[int, list[Frame]]] = []
+    thread = threading.Thread(
+        target=lambda: results.append(generate(address, long_request("long")))
+    )
+    thread.start()
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{address}/stats", headers={SECRET_HEADER: SECRET}).json()["inflight"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    worker.process.send_signal(signal.SIGTERM)
+    # Draining: published at once, and new work is refused (the gateway retries it elsewhere).
+    deadline = time.monotonic() + 10
+    while (record := worker.record()) is not None and record.state != "draining":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    status, _ = generate(address, long_request("late", 2))
+    assert status == 503 or worker.process.poll() is not None
+    thread.join(60)
+    assert worker.process.wait(60) == 0
+    ((status, frames),) = results
+    chunks = [f.chunk for f in frames if f.chunk is not None]
+    assert status == 200 and chunks[-1].finished
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert sum(len(c.choices[0].token_ids) for c in chunks) == 300
+    assert worker.record() is None  # deregistered, not left to expire
+
+
+def test_a_worker_that_stops_heartbeating_leaves_the_registry_within_its_ttl(
+    worker: Worker,
+) -> None:
+    async def live() -> list[WorkerRecord]:
+        directory = WorkerDirectory.from_url(worker.redis_url, worker.prefix)
+        try:
+            return await directory.workers("demo")
+        finally:
+            await directory.aclose()
+
+    assert [r.state for r in asyncio.run(live())] == ["ready"]
+    worker.process.send_signal(signal.SIGKILL)
+    worker.process.wait(10)
+    killed_at = time.monotonic()
+    while asyncio.run(live()):
+        assert time.monotonic() - killed_at < 6, "record outlived its 2 s TTL"
+        time.sleep(0.2)
+    client = redis.Redis.from_url(worker.redis_url)
+    assert client.zcard(pool_key(worker.prefix, "demo")) == 0  # the index was pruned too
+    client.close()
