@@ -16,9 +16,12 @@ from litestar.datastructures import State
 from litestar.handlers.base import BaseRouteHandler
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hydrant.platform.auth.brute_force import BruteForceGuard
 from hydrant.platform.auth.principal import ADMIN_SCOPE, INFERENCE_SCOPE, Principal
-from hydrant.platform.auth.service import Authenticator
+from hydrant.platform.auth.service import INVALID_KEY, Authenticator
 from hydrant.platform.db.session import Database
+from hydrant.platform.errors import AuthenticationFailed
+from hydrant.platform.http.client_address import client_address
 
 _STATE_KEY = "hydrant_principal"
 
@@ -32,10 +35,32 @@ async def _principal(connection: ASGIConnection[Any, Any, Any, Any], scope: str)
     cached = connection.scope.get("state", {}).get(_STATE_KEY)
     if isinstance(cached, Principal) and scope in cached.scopes:
         return cached
-    authenticator = authenticator_of(connection.app.state)
-    principal = await authenticator.authenticate(connection.headers.get("authorization"), scope)
+    principal = await authenticate_guarded(
+        connection, connection.headers.get("authorization"), scope
+    )
     connection.scope.setdefault("state", {})[_STATE_KEY] = principal
     return principal
+
+
+async def authenticate_guarded(
+    connection: ASGIConnection[Any, Any, Any, Any], authorization: str | None, scope: str
+) -> Principal:
+    """Authenticate `authorization` under the brute-force guard of the connection's source.
+
+    Every place that checks a key a client sent (the bearer header, a sign-in
+    form) goes through here, so guesses count wherever they are made.
+    """
+    state = connection.app.state
+    guard: BruteForceGuard | None = getattr(state, "brute_force_guard", None)
+    source = client_address(connection.scope, getattr(state, "trusted_proxies", ()))
+    if guard is not None:
+        await guard.check(source)
+    try:
+        return await authenticator_of(state).authenticate(authorization, scope)
+    except AuthenticationFailed as exc:
+        if guard is not None and exc.message == INVALID_KEY:  # a key was tried, and it was wrong
+            await guard.record_failure(source)
+        raise
 
 
 async def provide_inference_principal(request: Request[Any, Any, Any]) -> Principal:

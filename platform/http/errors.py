@@ -31,10 +31,12 @@ _STATUS_TYPES = {
     403: ("permission_error", "forbidden"),
     404: ("invalid_request_error", "not_found"),
     405: ("invalid_request_error", "method_not_allowed"),
+    408: ("invalid_request_error", "request_timeout"),
     413: ("invalid_request_error", "payload_too_large"),
     415: ("invalid_request_error", "unsupported_media_type"),
     422: ("invalid_request_error", "unprocessable"),
     429: ("rate_limit_error", "rate_limit_exceeded"),
+    431: ("invalid_request_error", "request_header_fields_too_large"),
 }
 
 

@@ -9,18 +9,27 @@ from typing import Any
 from litestar import Controller, Request, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Response, Stream
 
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.errors import PermissionDenied
+from hydrant.platform.http.openapi import raw_json_body_operation
 from hydrant.platform.http.request_id import request_id_for
 from hydrant.platform.inference import render
 from hydrant.platform.inference.abuse import AbuseGuard
 from hydrant.platform.inference.accounting import RequestContext
-from hydrant.platform.inference.params import PreparedRequest, prepare_chat, prepare_completion
+from hydrant.platform.inference.params import (
+    ROLES,
+    PreparedRequest,
+    prepare_chat,
+    prepare_completion,
+)
 from hydrant.platform.inference.schemas import (
+    ChatCompletion,
     ChatCompletionRequest,
+    Completion,
     CompletionRequest,
     ModelCard,
     ModelList,
@@ -29,7 +38,13 @@ from hydrant.platform.inference.schemas import (
 from hydrant.platform.inference.service import Generation, InferenceService
 from hydrant.platform.models.registry import ModelRegistry, ServedModel
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+SSE_HEADERS = {
+    # Set here, not only as `media_type`: Litestar lets the handler's (JSON) media type win
+    # over a `Stream`'s, and SSE clients and proxies go by this header.
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
 
 
 def _check_model_allowed(principal: Principal, model: str) -> None:
@@ -107,6 +122,21 @@ async def _serve(
     return Response(await endpoint.whole(generation, model.tokenizer))
 
 
+def _document_chat_rules(schema: dict[str, Any]) -> None:
+    """What `params.prepare_chat` checks, in the OpenAPI schema: at least one message,
+    each with a known role."""
+    messages = schema["properties"]["messages"]
+    messages["minItems"] = 1
+    messages["items"]["properties"]["role"]["enum"] = sorted(ROLES)
+
+
+def _document_completion_rules(schema: dict[str, Any]) -> None:
+    """What `params.prepare_completion` checks: a prompt is a non-empty string (or token ids)."""
+    for variant in schema["properties"]["prompt"].get("anyOf", []):
+        if variant.get("type") == "string":
+            variant["minLength"] = 1
+
+
 class InferenceController(Controller):
     path = "/v1"
 
@@ -120,13 +150,27 @@ class InferenceController(Controller):
         ]
         return ModelList(data=[ModelCard(id=m.name, created=m.created) for m in models])
 
-    @post("/chat/completions", status_code=200)
+    @post(
+        "/chat/completions",
+        status_code=200,
+        operation_class=raw_json_body_operation(
+            ChatCompletionRequest, streams=True, refine=_document_chat_rules
+        ),
+        responses={200: ResponseSpec(ChatCompletion, description="The completion (or SSE)")},
+    )
     async def chat_completions(
         self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
         return await _serve(request, state, principal, CHAT)
 
-    @post("/completions", status_code=200)
+    @post(
+        "/completions",
+        status_code=200,
+        operation_class=raw_json_body_operation(
+            CompletionRequest, streams=True, refine=_document_completion_rules
+        ),
+        responses={200: ResponseSpec(Completion, description="The completion (or SSE)")},
+    )
     async def completions(
         self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:

@@ -156,7 +156,8 @@ each_check(function(i, kind, keys, limit, p1, amount, p2)
     local held = redis.call('HGET', keys[1], 'r:' .. rid)
     if held then
       redis.call('HDEL', keys[1], 'r:' .. rid)
-      redis.call('HINCRBY', keys[1], 'reserved', -tonumber(held))
+      -- `0 - x`, not `-x`: Lua 5.1 writes -0 as "-0", which HINCRBY refuses (a 0 reservation)
+      redis.call('HINCRBY', keys[1], 'reserved', 0 - tonumber(held))
       redis.call('ZREM', keys[2], rid)
     end
     if amount > 0 then redis.call('HINCRBY', keys[1], 'spent', amount) end
