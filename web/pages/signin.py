@@ -69,7 +69,8 @@ class SignInController(Controller):
         try:
             principal, scope = await _authenticate(request, key)
         except DomainError as exc:
-            message = exc.message if isinstance(exc, PermissionDenied | RateLimited) else NOT_ACCEPTED
+            shown = isinstance(exc, PermissionDenied | RateLimited)  # the rest: one message
+            message = exc.message if shown else NOT_ACCEPTED
             return page.render(
                 "sign_in.html",
                 status=exc.status if exc.status in (401, 403, 429) else 400,
