@@ -6,13 +6,15 @@ Later domains add their tables in their own modules against the same
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
+    Date,
     ForeignKey,
     Index,
     Integer,
@@ -200,3 +202,119 @@ class LedgerEntry(Base):
         Index(None, "tenant_id", "finished_at"),
         Index(None, "model_id", "finished_at"),
     )
+
+
+# --- Jobs and digests (issue #7, migration 0003) ------------------------------------------
+
+
+class DigestSettings(Base):
+    """When a tenant's daily digest goes out: the hour of its own day, in its time zone."""
+
+    __tablename__ = "digest_settings"
+
+    tenant_id: Mapped[str] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    send_hour: Mapped[int] = mapped_column(Integer, default=8)
+    timezone: Mapped[str] = mapped_column(String(64), default="UTC")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+
+    __table_args__ = (CheckConstraint("send_hour >= 0 AND send_hour <= 23", name="send_hour"),)
+
+
+class DigestRecipient(Base):
+    __tablename__ = "digest_recipients"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("dgr"))
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    email: Mapped[str] = mapped_column(String(320))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "email"),)
+
+
+class DigestUnsubscribe(Base):
+    """A recipient who said stop. `scope` is the tenant id, or `admin` for the admin digest.
+
+    Kept apart from the recipient list so an admin re-saving the list never
+    re-subscribes someone who unsubscribed.
+    """
+
+    __tablename__ = "digest_unsubscribes"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("dgu"))
+    scope: Mapped[str] = mapped_column(String(40))
+    email: Mapped[str] = mapped_column(String(320))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    __table_args__ = (UniqueConstraint("scope", "email"),)
+
+
+class DigestSend(Base):
+    """The claim on one digest: inserted (unique) before the mail goes out, so it goes once.
+
+    A row left at `sending` (the worker died mid-send) is never re-sent on its own:
+    the mail may have left, and a duplicate is worse than a missing digest.
+    """
+
+    __tablename__ = "digest_sends"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("dgs"))
+    kind: Mapped[str] = mapped_column(String(16))
+    subject_id: Mapped[str] = mapped_column(String(40))
+    day: Mapped[date] = mapped_column(Date)
+    status: Mapped[str] = mapped_column(String(16), default="sending")
+    recipients: Mapped[int] = mapped_column(Integer, default=0)
+    message_id: Mapped[str | None] = mapped_column(String(200))
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("kind", "subject_id", "day"),
+        CheckConstraint("kind IN ('tenant', 'admin')", name="kind"),
+        CheckConstraint("status IN ('sending', 'sent', 'skipped')", name="status"),
+    )
+
+
+class BudgetAlertSend(Base):
+    """One alert per (tenant, budget, period, threshold): claimed before it is mailed."""
+
+    __tablename__ = "budget_alert_sends"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("bal"))
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    budget: Mapped[str] = mapped_column(String(32))
+    period: Mapped[str] = mapped_column(String(16))
+    threshold: Mapped[int] = mapped_column(Integer)
+    used: Mapped[Decimal] = mapped_column(MONEY)
+    limit: Mapped[Decimal] = mapped_column(MONEY)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "budget", "period", "threshold"),
+        CheckConstraint("status IN ('pending', 'sending', 'sent')", name="status"),
+    )
+
+
+class LedgerHourlyRollup(Base):
+    """Ledger sums per UTC hour, tenant and model, rewritten by the hourly rollup job."""
+
+    __tablename__ = "ledger_hourly_rollups"
+
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    charged: Mapped[Decimal] = mapped_column(MONEY)
+    device_seconds: Mapped[Decimal] = mapped_column(SECONDS)
+    device_cost: Mapped[Decimal] = mapped_column(MONEY)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)

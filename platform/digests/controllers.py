@@ -1,0 +1,96 @@
+"""Routes: `/admin/tenants/{id}/digest` (admin keys) and `/digests/unsubscribe` (a mail link).
+
+The unsubscribe route takes no key: the signed token in the link is the
+proof. GET unsubscribes and shows a short page (the link in the mail); POST
+does the same for one-click unsubscribe (RFC 8058, `List-Unsubscribe-Post`).
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from litestar import Controller, Response, get, post, put
+from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, FromQuery, JSONBody
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hydrant.platform.auth.dependencies import provide_admin_principal, require_admin
+from hydrant.platform.auth.principal import Principal
+from hydrant.platform.auth.secret import load_server_secret
+from hydrant.platform.digests.mailer import make_mailer
+from hydrant.platform.digests.schemas import DigestSettingsUpdate, DigestSettingsView
+from hydrant.platform.digests.service import DigestService, DigestSettingsService
+from hydrant.platform.errors import InvalidRequest
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Unsubscribed</title></head>
+<body style="font-family: Arial, Helvetica, sans-serif; max-width: 36em; margin: 2em auto;">
+<h1>Unsubscribed</h1><p>{email} will get no more of these Hydrant emails.</p></body></html>
+"""
+
+
+async def provide_digest_settings_service(
+    db_session: NamedDependency[AsyncSession],
+) -> DigestSettingsService:
+    return DigestSettingsService(db_session)
+
+
+class DigestAdminController(Controller):
+    path = "/admin/tenants/{tenant_id:str}/digest"
+    guards = [require_admin]
+    dependencies = {
+        "principal": Provide(provide_admin_principal),
+        "digest_settings": Provide(provide_digest_settings_service),
+    }
+
+    @get("/")
+    async def get_digest_settings(
+        self,
+        tenant_id: FromPath[str],
+        principal: NamedDependency[Principal],
+        digest_settings: NamedDependency[DigestSettingsService],
+    ) -> DigestSettingsView:
+        return await digest_settings.view(principal, tenant_id)
+
+    @put("/")
+    async def put_digest_settings(
+        self,
+        tenant_id: FromPath[str],
+        data: JSONBody[DigestSettingsUpdate],
+        principal: NamedDependency[Principal],
+        digest_settings: NamedDependency[DigestSettingsService],
+    ) -> DigestSettingsView:
+        return await digest_settings.update(principal, tenant_id, data)
+
+
+async def _unsubscribe(state: State, token: str | None) -> Response[str]:
+    if not token:
+        raise InvalidRequest("the unsubscribe link has no token", param="token")
+    settings = state.settings
+    service = DigestService(
+        state.database, settings, make_mailer(settings), load_server_secret(settings)
+    )
+    who = await service.unsubscribe(token)
+    return Response(_PAGE.format(email=escape(who.email)), media_type="text/html")
+
+
+class UnsubscribeController(Controller):
+    path = "/digests/unsubscribe"
+
+    @get("/")
+    async def unsubscribe_link(
+        self, state: State, token: FromQuery[str | None] = None
+    ) -> Response[str]:
+        return await _unsubscribe(state, token)
+
+    @post("/", status_code=200)
+    async def unsubscribe_one_click(
+        self, state: State, token: FromQuery[str | None] = None
+    ) -> Response[str]:
+        return await _unsubscribe(state, token)
+
+
+DIGEST_CONTROLLERS = (DigestAdminController, UnsubscribeController)

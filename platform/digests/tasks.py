@@ -1,0 +1,52 @@
+"""Thin job wrappers around the digest and budget-alert services (Celery or embedded)."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from hydrant.platform.jobs.context import Job, JobContext
+
+DISPATCH = "hydrant.digests.dispatch"
+SEND_TENANT = "hydrant.digests.send_tenant"
+SEND_ADMIN = "hydrant.digests.send_admin"
+CHECK_BUDGETS = "hydrant.budgets.check"
+SEND_ALERT = "hydrant.budgets.send_alert"
+
+
+async def dispatch_digests(ctx: JobContext) -> dict[str, Any]:
+    """Enqueue each digest whose hour has come; the send itself is claimed, so repeats are safe."""
+    due = await ctx.digests.due_digests()
+    for tenant_id, day in due:
+        ctx.enqueue(SEND_TENANT, {"tenant_id": tenant_id, "day": day.isoformat()})
+    admin_day = await ctx.digests.admin_digest_due()
+    if admin_day is not None:
+        ctx.enqueue(SEND_ADMIN, {"day": admin_day.isoformat()})
+    return {"tenant_digests": len(due), "admin_digest": admin_day is not None}
+
+
+async def send_tenant_digest(ctx: JobContext, tenant_id: str, day: str) -> dict[str, Any]:
+    result = await ctx.digests.send_tenant_digest(tenant_id, date.fromisoformat(day))
+    return {"outcome": result.outcome, "recipients": result.recipients}
+
+
+async def send_admin_digest(ctx: JobContext, day: str) -> dict[str, Any]:
+    result = await ctx.digests.send_admin_digest(date.fromisoformat(day))
+    return {"outcome": result.outcome, "recipients": result.recipients}
+
+
+async def check_budgets(ctx: JobContext) -> dict[str, Any]:
+    return {"claimed": len(await ctx.alerts.check())}
+
+
+async def send_budget_alert(ctx: JobContext, alert_id: str) -> dict[str, Any]:
+    return {"sent": await ctx.alerts.send(alert_id)}
+
+
+TASKS = (
+    Job(DISPATCH, dispatch_digests),
+    Job(SEND_TENANT, send_tenant_digest),
+    Job(SEND_ADMIN, send_admin_digest),
+    Job(CHECK_BUDGETS, check_budgets),
+    Job(SEND_ALERT, send_budget_alert),
+)

@@ -1,0 +1,71 @@
+"""What a job runs with: settings, a database, a mailer and a way to enqueue more jobs.
+
+The same `JobContext` serves a Celery worker (its own pool per task run,
+since each task runs its own event loop) and the embedded scheduler (the
+gateway's pool, on the gateway's loop); jobs are plain async functions of it,
+so both runners call exactly the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from hydrant.platform.auth.secret import load_server_secret
+from hydrant.platform.db.base import utcnow
+from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
+from hydrant.platform.db.session import Database
+from hydrant.platform.digests.alerts import BudgetAlerts
+from hydrant.platform.digests.mailer import Mailer, MailError, make_mailer
+from hydrant.platform.digests.service import DigestService
+from hydrant.platform.jobs.after_commit import Enqueue
+from hydrant.settings import Settings
+
+# Failures worth retrying later: the mail server or the database was not there.
+RETRYABLE: tuple[type[BaseException], ...] = (MailError, *DATABASE_UNAVAILABLE)
+
+
+@dataclass
+class JobContext:
+    settings: Settings
+    database: Database
+    mailer: Mailer
+    enqueue: Enqueue
+    clock: Callable[[], datetime] = utcnow
+
+    @cached_property
+    def digests(self) -> DigestService:
+        secret = load_server_secret(self.settings)
+        return DigestService(self.database, self.settings, self.mailer, secret, clock=self.clock)
+
+    @cached_property
+    def alerts(self) -> BudgetAlerts:
+        return BudgetAlerts(self.digests, self.enqueue)
+
+
+JobFn = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A named job: `fn(ctx, **kwargs)`; kwargs are JSON values (they cross Redis)."""
+
+    name: str
+    fn: JobFn
+    retry_on: tuple[type[BaseException], ...] = field(default=RETRYABLE)
+
+
+@asynccontextmanager
+async def open_job_context(
+    settings: Settings, enqueue: Enqueue, *, mailer: Mailer | None = None
+) -> AsyncIterator[JobContext]:
+    """A context with its own connection pool, for one job run on its own event loop."""
+    database = Database(settings.effective_database_url)
+    try:
+        yield JobContext(settings, database, mailer or make_mailer(settings), enqueue)
+    finally:
+        await database.dispose()
