@@ -10,6 +10,11 @@ validation it runs is read-only.
 
 A consumer that stops iterating (a client that disconnected) aborts its
 request, so its blocks are freed at the next step boundary.
+
+Sleep mode: `sleep()` stops admitting work at once (new `generate()` calls
+raise `EngineSleepingError`), lets the requests already accepted finish, then
+frees the KV cache and moves the weights off the device on the engine thread;
+`wake()` restores them (no disk read) and admits work again.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.protocol import EngineStats
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sleep_mode import EngineSleepingError
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +66,9 @@ class AsyncLLMEngine:
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hydrant-engine")
         self._closed = False
+        self._refusing = False  # asleep, falling asleep or waking: no new work
+        self._lifecycle = asyncio.Lock()  # one sleep or wake at a time
+        self._progress = asyncio.Event()  # set by the loop after each step and when idle
 
     def start(self) -> None:
         """Start the stepping task (idempotent; needs a running event loop)."""
@@ -83,6 +92,58 @@ class AsyncLLMEngine:
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
+    # ---- sleep mode -----------------------------------------------------------------------
+
+    @property
+    def is_sleeping(self) -> bool:
+        """True from the moment `sleep()` is called until `wake()` has finished:
+        exactly the span in which `generate()` refuses work."""
+        return self._refusing
+
+    async def sleep(self) -> None:
+        """Refuse new work, wait for the accepted requests, then free KV and device weights."""
+        async with self._lifecycle:
+            if self._closed:
+                raise EngineShutdownError("the engine has been shut down")
+            self._refusing = True
+            if self.engine.is_sleeping:
+                return
+            started = False
+            try:
+                await self._drain()
+                started = True
+                loop = asyncio.get_running_loop()
+                # the engine thread cannot be interrupted: once it sleeps, it finishes
+                await asyncio.shield(loop.run_in_executor(self._executor, self.engine.sleep))
+            except asyncio.CancelledError:
+                # cancelled while draining: still awake, keep serving; cancelled while the
+                # thread puts the engine to sleep: it will be asleep, keep refusing
+                self._refusing = started
+                raise
+            except BaseException:
+                self._refusing = self.engine.is_sleeping  # the sleep failed: serve on
+                raise
+
+    async def wake(self) -> None:
+        """Weights back on the device from the host copy, KV re-allocated, work admitted."""
+        async with self._lifecycle:
+            if self._closed:
+                raise EngineShutdownError("the engine has been shut down")
+            if self.engine.is_sleeping:
+                loop = asyncio.get_running_loop()
+                # not interruptible either; a wake cancelled here leaves the engine awake
+                # but refusing until the next wake() (which then only admits work)
+                await asyncio.shield(loop.run_in_executor(self._executor, self.engine.wake))
+            self._refusing = False
+
+    async def _drain(self) -> None:
+        """Return once every accepted request has finished (their outputs are queued)."""
+        while self._new or self.engine.has_unfinished():
+            self._progress.clear()
+            self.start()
+            self._wakeup.set()
+            await self._progress.wait()
+
     async def generate(
         self,
         request_id: str,
@@ -95,6 +156,8 @@ class AsyncLLMEngine:
         """Yield the request's outputs step by step; the last one has `finished` set."""
         if self._closed:
             raise EngineShutdownError("the engine has been shut down")
+        if self._refusing:
+            raise EngineSleepingError("the engine is asleep; it takes no request until woken")
         self.engine.validate(prompt_token_ids, params, tenant_weight)
         if request_id in self._queues:
             raise InvalidRequestError(f"request id {request_id!r} is already running", None)
@@ -162,6 +225,7 @@ class AsyncLLMEngine:
         while not self._closed:
             self._apply_pending()
             if not self.engine.has_unfinished():
+                self._progress.set()
                 self._wakeup.clear()
                 if not (self._new or self._aborts or self._closed):
                     await self._wakeup.wait()
@@ -172,6 +236,7 @@ class AsyncLLMEngine:
                 logger.exception("engine step failed; ending its requests with an error")
                 outputs = self.engine.abort_all("error")
             self._dispatch(outputs)
+            self._progress.set()
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
         for output in outputs:

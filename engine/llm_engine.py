@@ -22,7 +22,8 @@ import torch
 from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
-from hydrant.engine.errors import InvalidRequestError
+from hydrant.engine.errors import EngineError, InvalidRequestError
+from hydrant.engine.load_report import LoadReport, timed_phase
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.model_runner import ModelOutput, ModelRunner
 from hydrant.engine.output_processor import OutputProcessor
@@ -33,6 +34,7 @@ from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import Scheduler, SchedulerOutput
 from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes
 from hydrant.engine.sequence import Sequence as Seq
+from hydrant.engine.sleep_mode import EngineBusyError, EngineSleepingError
 from hydrant.engine.step_observer import StepObserver
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.engine.validation import validate_request
@@ -47,6 +49,16 @@ class Runner(Protocol):
     device: torch.device
 
     def execute(self, out: SchedulerOutput) -> ModelOutput: ...
+
+
+class SleepableRunner(Runner, Protocol):
+    """A runner that can give its device memory back (the real `ModelRunner`)."""
+
+    sleeping: bool
+
+    def sleep(self) -> None: ...
+
+    def wake(self) -> None: ...
 
 
 class LLMEngine:
@@ -76,14 +88,32 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []  # aborted requests' last outputs
         self._observer = StepObserver(metrics, self.scheduler, self.block_manager)
         self.total_device_seconds = 0.0  # sum of measured step durations
+        self.load_report: LoadReport | None = None  # set by from_pretrained
+        self.wake_report: LoadReport | None = None  # the last wake's phases
 
     @classmethod
     def from_pretrained(
         cls, model_dir: Path, config: EngineConfig, metrics: EngineMetrics | None = None
     ) -> LLMEngine:
-        """Load config, weights and (when the directory has one) the tokenizer."""
-        model_dir = Path(model_dir)
-        model_config = ModelConfig.from_pretrained(model_dir)
+        """Load config, weights and (when the directory has one) the tokenizer.
+
+        Each phase is timed into `engine.load_report` and logged as one record.
+        """
+        report = LoadReport("load")
+        started = time.perf_counter()
+        with report.active():
+            engine = cls._load(Path(model_dir), config, metrics)
+        report.wall_seconds = time.perf_counter() - started
+        engine.load_report = report
+        report.log(logger, "model")
+        return engine
+
+    @classmethod
+    def _load(
+        cls, model_dir: Path, config: EngineConfig, metrics: EngineMetrics | None
+    ) -> LLMEngine:
+        with timed_phase("config"):
+            model_config = ModelConfig.from_pretrained(model_dir)
         max_model_len = model_config.max_model_len
         if config.max_model_len is not None:
             if config.max_model_len > max_model_len:
@@ -93,7 +123,8 @@ class LLMEngine:
             max_model_len = config.max_model_len
         tokenizer = None
         if (model_dir / "tokenizer.json").is_file():
-            tokenizer = Tokenizer.from_pretrained(model_dir)
+            with timed_phase("tokenizer"):
+                tokenizer = Tokenizer.from_pretrained(model_dir)
         else:
             logger.warning("no tokenizer.json in %s: outputs carry token ids only", model_dir)
         runner = ModelRunner.from_pretrained(model_dir, model_config, config, max_model_len)
@@ -124,6 +155,7 @@ class LLMEngine:
         priority: int = 0,
         arrival_time: float | None = None,
     ) -> None:
+        self._check_awake()
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", None)
         self.validate(prompt_token_ids, params, tenant_weight)
@@ -175,6 +207,8 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         outputs, self._pending = self._pending, []
+        if self.is_sleeping:
+            return outputs
         sched = self.scheduler.schedule()
         if sched.is_empty:
             self._observer.observe(sched)
@@ -249,10 +283,75 @@ class LLMEngine:
         for item in sched.scheduled:
             item.seq.request.times.device_seconds += duration * item.num_new_tokens / total
 
+    # ---- sleep mode -----------------------------------------------------------------------
+
+    @property
+    def is_sleeping(self) -> bool:
+        """True while the KV cache is freed (and, on CUDA, the weights are on the host)."""
+        return bool(getattr(self.runner, "sleeping", False))
+
+    def _sleepable(self) -> SleepableRunner:
+        runner = self.runner
+        if not all(hasattr(runner, a) for a in ("sleep", "wake", "sleeping")):
+            raise EngineError(f"{type(runner).__name__} does not support sleep mode")
+        return runner  # type: ignore[return-value]
+
+    def sleep(self) -> None:
+        """Free the KV cache and move the weights off the device; the engine must be idle.
+
+        The prefix cache is forgotten here, since the blocks' contents go with
+        the tensors; the block manager keeps its (all free) bookkeeping so a
+        wake re-allocates exactly as many blocks as before.
+        """
+        if self.has_unfinished():
+            raise EngineBusyError(
+                f"cannot sleep with {len(self._requests)} request(s) unfinished; drain first"
+            )
+        runner = self._sleepable()
+        if runner.sleeping:
+            return
+        self.block_manager.reset_prefix_cache()
+        started = time.perf_counter()
+        runner.sleep()
+        logger.info(
+            "engine asleep in %.3fs",
+            time.perf_counter() - started,
+            extra={"event": "engine_sleep"},
+        )
+
+    def wake(self) -> None:
+        """Weights back on the device from the host copy (no disk), a fresh KV cache."""
+        runner = self._sleepable()
+        if not runner.sleeping:
+            return
+        report = LoadReport("wake")
+        started = time.perf_counter()
+        with report.active():
+            runner.wake()
+            with timed_phase("prefix_reset"):
+                self.block_manager.reset_prefix_cache()
+        report.wall_seconds = time.perf_counter() - started
+        self.wake_report = report
+        report.log(logger, "engine")
+
+    def _check_awake(self) -> None:
+        if self.is_sleeping:
+            raise EngineSleepingError("the engine is asleep; wake it before adding requests")
+
     # ---- introspection ------------------------------------------------------------------
 
     def stats(self) -> EngineStats:
+        """While asleep the KV cache holds no block: total and free report 0."""
         bm = self.block_manager
+        if self.is_sleeping:
+            return EngineStats(
+                num_running=0,
+                num_waiting=0,
+                kv_usage=0.0,
+                num_free_blocks=0,
+                num_total_blocks=0,
+                prefix_cache_hit_rate=0.0,
+            )
         return EngineStats(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),

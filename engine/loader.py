@@ -1,12 +1,21 @@
 """Load a Hugging Face safetensors checkpoint into `LlamaForCausalLM`.
 
 The gpt-fast way: build the module on the `meta` device (no memory, no random
-init), read each tensor by memory map straight onto the target device, and
-hand the finished state dict to `load_state_dict(assign=True)`, so weights
-are touched once. Sharded checkpoints are read shard by shard through
-`model.safetensors.index.json`; fused parameters (qkv, gate_up) are assembled
-as soon as their last part is read, even when parts straddle shards.
-Nothing is ever downloaded: the directory is all there is.
+init), read each tensor straight into its final tensor, and hand the finished
+state dict to `load_state_dict(assign=True)`, so weights are touched once.
+Sharded checkpoints are read shard by shard through
+`model.safetensors.index.json`; a fused parameter (qkv, gate_up) is allocated
+whole and each checkpoint part is read into its own rows, even when parts
+straddle shards. Nothing is ever downloaded: the directory is all there is.
+
+The bytes are read with `preadv` (safetensors_reader.py) after a WILLNEED
+hint, not through a memory map: the weights then live in process memory and
+never depend on the file again (a sleeping worker wakes without touching the
+disk; a checkpoint rewritten in place cannot SIGBUS a running worker), a cold
+load really reads every byte instead of deferring reads to the first forward,
+and the one copy is the kernel's, page cache to tensor. The phases
+(`build_meta`, `read_weights`, `assign`) are timed into the active
+`LoadReport`.
 """
 
 from __future__ import annotations
@@ -18,13 +27,15 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from tqdm import tqdm
 
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.errors import MissingWeightError, ModelLoadError
+from hydrant.engine.load_report import timed_phase
 from hydrant.engine.model import LlamaForCausalLM
 from hydrant.engine.ops import TORCH_OPS, KernelOps
+from hydrant.engine.page_cache import advise_willneed
+from hydrant.engine.safetensors_reader import SafetensorsFile, TensorEntry
 
 logger = logging.getLogger(__name__)
 
@@ -89,61 +100,111 @@ def load_model(
     ops: KernelOps = TORCH_OPS,
 ) -> LlamaForCausalLM:
     """Build on `meta`, fill from the checkpoint by memory map, return in eval mode."""
-    with torch.device("meta"):
+    with timed_phase("build_meta"), torch.device("meta"):
         model = LlamaForCausalLM(config, ops)
     expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
+    with timed_phase("read_weights"):
+        state = _read_state(model_dir, config, device, dtype, expected, show_progress)
+    with timed_phase("assign"):
+        model.load_state_dict(state, assign=True, strict=True)
+        model.init_rope(max_position)
+    return model.eval()
+
+
+def _part_rows(config: ModelConfig) -> dict[str, list[int]]:
+    """Rows of each part inside a fused parameter, in part order (dim 0 is the output)."""
+    q = config.num_attention_heads * config.head_dim
+    kv = config.num_key_value_heads * config.head_dim
+    return {
+        "qkv_proj": [q, kv, kv],
+        "gate_up_proj": [config.intermediate_size, config.intermediate_size],
+    }
+
+
+def _read_state(
+    model_dir: Path,
+    config: ModelConfig,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    expected: dict[str, tuple[int, ...]],
+    show_progress: bool,
+) -> dict[str, torch.Tensor]:
+    """Every parameter of the model, read shard by shard straight into its final tensor.
+
+    A fused parameter is allocated whole when its first part arrives and each
+    part is read into its own rows, so q/k/v and gate/up are never concatenated.
+    """
     state: dict[str, torch.Tensor] = {}
-    pending: dict[str, dict[int, torch.Tensor]] = {}
+    parts_seen: dict[str, set[int]] = {}
+    rows = _part_rows(config)
     files = checkpoint_files(model_dir)
-    open_device = str(device) if str(device).startswith("cuda") else "cpu"
     bar = tqdm(
-        files,
+        total=sum(f.stat().st_size for f in files),
         desc="loading weights",
-        unit="shard",
+        unit="B",
+        unit_scale=True,
         file=sys.stderr,
         disable=not (show_progress and sys.stderr.isatty()),
     )
-    for number, path in enumerate(bar, start=1):
+    for number, path in enumerate(files, start=1):
         count = 0
-        with safe_open(str(path), framework="pt", device=open_device) as reader:
-            for name in reader.keys():  # noqa: SIM118 - safe_open is not a Mapping
-                target = _target_name(name, config)
+        advise_willneed(path)
+        with SafetensorsFile(path) as reader:
+            for entry in reader.entries:
+                bar.update(entry.nbytes)
+                target = _target_name(entry.name, config)
                 if target is None:
                     continue
                 param, part = target
                 if param not in expected:
-                    logger.warning("ignoring unexpected checkpoint tensor %s", name)
+                    logger.warning("ignoring unexpected checkpoint tensor %s", entry.name)
                     continue
-                tensor = reader.get_tensor(name).to(device=device, dtype=dtype)
+                if param not in state:
+                    state[param] = torch.empty(expected[param], dtype=dtype, device=device)
+                dest = state[param]
+                if part >= 0:
+                    sizes = rows[param.rsplit(".", 2)[-2]]
+                    start = sum(sizes[:part])
+                    dest = dest[start : start + sizes[part]]
+                if entry.shape != tuple(dest.shape):
+                    raise MissingWeightError(
+                        f"tensor {entry.name} has shape {entry.shape}, "
+                        f"the config implies {tuple(dest.shape)}"
+                    )
+                _fill(reader, entry, dest)
+                parts_seen.setdefault(param, set()).add(part)
                 count += 1
-                if part < 0:
-                    state[param] = tensor
-                    continue
-                parts = pending.setdefault(param, {})
-                parts[part] = tensor
-                if len(parts) == _FUSED_PARTS[param.rsplit(".", 2)[-2]]:
-                    state[param] = torch.cat([parts[i] for i in sorted(parts)], dim=0)
-                    del pending[param]
         logger.info("loaded shard %d/%d %s (%d tensors)", number, len(files), path.name, count)
-    _check_complete(expected, state, pending)
-    model.load_state_dict(state, assign=True, strict=True)
-    model.init_rope(max_position)
-    return model.eval()
+    bar.close()
+    _check_complete(expected, state, parts_seen)
+    return state
+
+
+def _fill(reader: SafetensorsFile, entry: TensorEntry, dest: torch.Tensor) -> None:
+    """Read into `dest` directly when it is host memory of the file's dtype, else convert."""
+    if dest.device.type == "cpu" and dest.dtype == entry.dtype:
+        reader.read_into(entry, dest)
+    else:
+        dest.copy_(reader.read(entry))
 
 
 def _check_complete(
     expected: dict[str, tuple[int, ...]],
     state: dict[str, torch.Tensor],
-    pending: dict[str, dict[int, torch.Tensor]],
+    parts_seen: dict[str, set[int]],
 ) -> None:
-    missing = sorted(set(expected) - set(state))
+    """Every parameter read in full: a whole tensor, or every part of a fused one."""
+
+    def complete(name: str) -> bool:
+        seen = parts_seen.get(name, set())
+        if -1 in seen:
+            return True
+        fused = name.rsplit(".", 2)[-2]
+        return fused in _FUSED_PARTS and seen == set(range(_FUSED_PARTS[fused]))
+
+    missing = sorted(name for name in expected if not complete(name))
     if missing:
-        partial = {name: sorted(parts) for name, parts in pending.items()}
+        partial = {name: sorted(parts_seen[name]) for name in missing if name in parts_seen}
         shown = ", ".join(missing[:8]) + (" …" if len(missing) > 8 else "")
         detail = f" (fused parameters with only parts {partial})" if partial else ""
         raise MissingWeightError(f"checkpoint lacks {len(missing)} tensor(s): {shown}{detail}")
-    for name, shape in expected.items():
-        if tuple(state[name].shape) != shape:
-            raise MissingWeightError(
-                f"tensor {name} has shape {tuple(state[name].shape)}, the config implies {shape}"
-            )

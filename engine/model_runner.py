@@ -18,6 +18,7 @@ import torch
 from hydrant.engine.attention import AttentionMetadata, plan_decode
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig
+from hydrant.engine.host_memory import zero_mapped_tensor
 from hydrant.engine.kv_cache import (
     KVCaches,
     allocate_kv_caches,
@@ -25,11 +26,13 @@ from hydrant.engine.kv_cache import (
     copy_blocks,
     num_blocks_from_budget,
 )
+from hydrant.engine.load_report import timed_phase
 from hydrant.engine.model import LlamaForCausalLM
 from hydrant.engine.ops import TORCH_OPS, select_ops
 from hydrant.engine.quantized_weights import load_engine_model
 from hydrant.engine.scheduler import ScheduledSeq, SchedulerOutput
 from hydrant.engine.sequence import Sequence
+from hydrant.engine.sleep_mode import offload_weights, restore_weights
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +61,61 @@ class ModelRunner:
         self.dtype = dtype
         self.device = torch.device(config.device)
         self.block_size = config.block_size
-        peak = self._profile_peak_bytes() if self.device.type == "cuda" else None
+        peak = None
+        if self.device.type == "cuda":
+            with timed_phase("profile"):
+                peak = self._profile_peak_bytes()
         self.num_blocks = num_blocks_from_budget(model_config, config, dtype, peak)
         check_capacity(self.num_blocks, self.block_size, max_model_len)
-        self.kv_caches: KVCaches = allocate_kv_caches(
-            model_config, self.num_blocks, self.block_size, dtype, config.device
-        )
+        self.kv_caches: KVCaches = []
+        self.sleeping = False
+        with timed_phase("kv_allocate"):
+            self._allocate_kv()
         logger.info("KV cache: %d blocks of %d tokens", self.num_blocks, self.block_size)
+
+    def _allocate_kv(self) -> None:
+        """The cache tensors; on CPU lazily zeroed by the kernel (see host_memory.py)."""
+        if self.device.type != "cpu":
+            self.kv_caches = allocate_kv_caches(
+                self.model_config, self.num_blocks, self.block_size, self.dtype, self.config.device
+            )
+            return
+        cfg = self.model_config
+        shape = (self.num_blocks, self.block_size, cfg.num_key_value_heads, cfg.head_dim)
+        self.kv_caches = [
+            (zero_mapped_tensor(shape, self.dtype), zero_mapped_tensor(shape, self.dtype))
+            for _ in range(cfg.num_hidden_layers)
+        ]
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """Bytes the KV cache tensors hold now (0 while asleep)."""
+        return sum(
+            k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv_caches
+        )
+
+    def sleep(self) -> None:
+        """Free the KV cache and (on CUDA) move the weights to a pinned host copy."""
+        if self.sleeping:
+            return
+        self.kv_caches = []
+        if self.device.type == "cuda":
+            with timed_phase("weights_to_host"):
+                moved = offload_weights(self.model)
+            torch.cuda.empty_cache()
+            logger.info("asleep: %d weight bytes kept in pinned host memory", moved)
+        self.sleeping = True
+
+    def wake(self) -> None:
+        """Weights back to the device from the host copy, then a fresh KV cache of the same size."""
+        if not self.sleeping:
+            return
+        if self.device.type == "cuda":
+            with timed_phase("weights_to_device"):
+                restore_weights(self.model, self.device)
+        with timed_phase("kv_allocate"):
+            self._allocate_kv()
+        self.sleeping = False
 
     @classmethod
     def from_pretrained(
