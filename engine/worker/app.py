@@ -89,7 +89,7 @@ def create_worker_app(runtime: WorkerRuntime) -> Litestar:
         # The gateway sends its header; Prometheus (a PodMonitor) can only send a bearer token.
         given = connection.headers.get(SECRET_HEADER)
         if given is None:
-            scheme, _, token = connection.headers.get("authorization", "").partition(" ")
+            scheme, _sep, token = connection.headers.get("authorization", "").partition(" ")
             given = token.strip() if scheme.lower() == "bearer" else None
         if not secret_matches(given, runtime.options.secret):
             raise NotAuthorizedException("a valid worker secret is required")
