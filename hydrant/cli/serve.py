@@ -55,6 +55,7 @@ def serve(
     from hydrant.platform.db import migrate
     from hydrant.platform.db.session import Database
     from hydrant.platform.gateway import Gateway
+    from hydrant.platform.http.server_protocol import header_deadline_protocol
     from hydrant.runtime import load_embedded_engines
 
     models = tuple(ModelSpec.parse(spec) for spec in model_specs) or None
@@ -63,9 +64,25 @@ def serve(
     prepare_embedded(settings)
     if settings.auto_migrate:
         migrate.upgrade(settings.effective_database_url)
-    engines = load_embedded_engines(settings)
+    pools = None
+    if settings.worker_pools:  # dispatch to `hydrant worker` pools (issue #6)
+        from hydrant.errors import ConfigurationError
+        from hydrant.platform.dispatch.service import build_pools
+        from hydrant.runtime import EmbeddedEngines
+
+        try:
+            registry, pools = build_pools(settings)
+        except ConfigurationError as exc:
+            raise click.UsageError(str(exc)) from exc
+        engines = EmbeddedEngines(registry=registry)
+    else:
+        engines = load_embedded_engines(settings)
     database = Database(settings.effective_database_url)
     gateway = Gateway.build(settings, database, engines.registry)
+    if settings.redis_url is None and settings.embedded_jobs:
+        from hydrant.platform.jobs.scheduler import EmbeddedScheduler
+
+        gateway.background.append(EmbeddedScheduler(settings, database))  # no Celery here
     app = create_app(
         settings,
         database=database,
@@ -73,5 +90,21 @@ def serve(
         metric_registries=engines.metric_registries,  # type: ignore[arg-type]
     )
     app.on_shutdown.append(engines.shutdown)
+    if pools is not None:
+        from hydrant.platform.dispatch.controllers import attach_pools
+
+        attach_pools(app, pools)
     log.info("listening", extra={"host": settings.host, "port": settings.port})
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        # Slow clients: idle keep-alive connections close; headers are bounded while they
+        # arrive (a trickled body is bounded by the app: hydrant.platform.http.hardening).
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        http=header_deadline_protocol(settings.header_read_timeout_s),  # slowloris
+        server_header=False,
+    )

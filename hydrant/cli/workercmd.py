@@ -2,19 +2,84 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from hydrant.cli.context import not_yet
+from hydrant.cli.context import CliContext, pass_context
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
-@click.option("--model", help="Model name to serve (a pool of the gateway).")
+@click.command()
+@click.option("--model", required=True, help="Model name to serve (the pool it joins).")
+@click.option(
+    "--path",
+    "model_path",
+    envvar="HYDRANT_WORKER_PATH",
+    type=click.Path(path_type=Path),
+    help="Checkpoint directory (default: the path HYDRANT_MODELS gives the model).",
+)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
-@click.option("--port", type=int, help="Port of the worker's internal HTTP API.")
-def worker(model: str | None, device: str, port: int | None) -> None:
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=0, help="Port of the internal HTTP API (0: any free).")
+@click.option(
+    "--quantization",
+    type=click.Choice(["int8", "int4"]),
+    envvar="HYDRANT_WORKER_QUANTIZATION",
+    help="Quantize float weights on load.",
+)
+@pass_context
+def worker(
+    cli: CliContext,
+    model: str,
+    model_path: Path | None,
+    device: str,
+    host: str,
+    port: int,
+    quantization: str | None,
+) -> None:
     """Run one engine worker: one model on one device, registered in Redis.
 
     The gateway dispatches to pools of these processes; they scale to zero
-    and wake with weights kept warm in host memory.
+    and wake with weights kept warm in host memory. Needs HYDRANT_REDIS_URL
+    and HYDRANT_WORKER_SECRET (the gateway's). SIGTERM drains, then exits 0.
     """
-    not_yet("the engine worker process", 6)
+    settings = cli.settings()
+    if not settings.redis_url:
+        raise click.UsageError("a worker registers in Redis: set HYDRANT_REDIS_URL")
+    if not settings.worker_secret:
+        raise click.UsageError("set HYDRANT_WORKER_SECRET (the secret the gateway sends)")
+    if model_path is None:
+        known = {spec.name: spec.path for spec in settings.served_models()}
+        if model not in known:
+            raise click.UsageError(f"no path for model {model!r}: pass --path or HYDRANT_MODELS")
+        model_path = known[model]
+    if not (model_path / "config.json").is_file():
+        raise click.UsageError(f"{model_path} is not a checkpoint directory (no config.json)")
+
+    from hydrant.engine.worker.process import run_worker
+    from hydrant.engine.worker.runtime import WorkerOptions
+
+    options = WorkerOptions(
+        model=model,
+        path=str(model_path),
+        secret=settings.worker_secret,
+        device=device,
+        dtype=settings.dtype,
+        kv_cache_bytes=settings.kv_cache_bytes,
+        max_num_seqs=settings.max_num_seqs,
+        quantization=quantization or settings.quantization,
+        host=host,
+        port=port,
+        advertise_host=settings.worker_advertise_host,
+        advertise_port=settings.worker_advertise_port,
+        drain_timeout_s=settings.worker_drain_timeout_s,
+        keepalive_s=settings.worker_keepalive_s,
+    )
+    code = run_worker(
+        options,
+        settings.redis_url,
+        settings.worker_registry_prefix,
+        settings.worker_heartbeat_s,
+        settings.worker_heartbeat_ttl_s,
+    )
+    raise SystemExit(code)

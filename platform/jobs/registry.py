@@ -29,15 +29,20 @@ PERIODIC: tuple[Periodic, ...] = (
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
     # The gateway replays its own spool every few seconds; this is for one that stopped.
     Periodic("spool-replay", "hydrant.ledger.replay_spool", 60.0, embedded=False),
+    # Pools exist only with Redis, where Celery beat runs this; a gateway with pools also
+    # scales its own down in its idle loop (the same `scale_down`), so nothing is lost
+    # on the embedded default, which has no worker registry to read.
+    Periodic("scale-to-zero-reaper", "hydrant.pools.reap", 60.0, embedded=False),
 )
 
 
 @cache
 def all_jobs() -> dict[str, Job]:
     from hydrant.platform.digests.tasks import TASKS as DIGEST_TASKS
+    from hydrant.platform.dispatch.tasks import TASKS as POOL_TASKS
     from hydrant.platform.jobs.tasks import TASKS as LEDGER_TASKS
 
-    return {job.name: job for job in (*DIGEST_TASKS, *LEDGER_TASKS)}
+    return {job.name: job for job in (*DIGEST_TASKS, *LEDGER_TASKS, *POOL_TASKS)}
 
 
 def job_named(name: str) -> Job:

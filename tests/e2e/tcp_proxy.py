@@ -10,6 +10,9 @@ kind of outage, a network partition: nothing is refused or reset, bytes just
 stop flowing (both ways, on open and new connections) until `resume()`, when
 everything held is delivered, as TCP does when a partition heals. A client
 without its own timeouts hangs through a stall; that is what it exposes.
+`latency_s` delays every byte by that much in each direction (a delay line,
+not a per-read sleep: bytes keep streaming, each just arrives later), as a
+link to another host or zone does.
 
 Threads, not asyncio: the proxy must keep pumping while the test's own event
 loop is busy (or blocked in a synchronous client), and its sockets must never
@@ -19,9 +22,11 @@ share a loop with the code under test.
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import struct
 import threading
+import time
 from types import TracebackType
 
 _BUFFER = 64 * 1024
@@ -45,8 +50,9 @@ def _reset(sock: socket.socket) -> None:
 class TcpProxy:
     """Forwards `127.0.0.1:<port>` to `upstream`; `pause()`/`resume()` make and end an outage."""
 
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, latency_s: float = 0.0) -> None:
         self.upstream = (upstream_host, upstream_port)
+        self.latency_s = latency_s  # one way; read when a connection opens
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
         self.port: int = self._listener.getsockname()[1]
@@ -126,9 +132,10 @@ class TcpProxy:
                     continue
                 self._open.update((client, upstream))
                 self.accepted += 1
+            pump = self._pump_delayed if self.latency_s > 0 else self._pump
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(
-                    target=self._pump, args=(source, sink), name="tcp-proxy-pump", daemon=True
+                    target=pump, args=(source, sink), name="tcp-proxy-pump", daemon=True
                 ).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
@@ -154,6 +161,49 @@ class TcpProxy:
                         sock.shutdown(socket.SHUT_RDWR)
                     with contextlib.suppress(OSError):
                         sock.close()
+
+    def _pump_delayed(self, source: socket.socket, sink: socket.socket) -> None:
+        """`_pump` through a delay line: a reader stamps each piece, a writer sends it when due."""
+        line: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
+        delay = self.latency_s
+
+        def write() -> None:
+            try:
+                while (item := line.get()) is not None:
+                    due, data = item
+                    pause = due - time.monotonic()
+                    if pause > 0:
+                        time.sleep(pause)
+                    while not self._flowing.wait(0.2):
+                        if self._closed.is_set():
+                            return
+                    sink.sendall(data)
+            except OSError:
+                pass
+            finally:
+                self._forget(source, sink)
+
+        writer = threading.Thread(target=write, name="tcp-proxy-delay", daemon=True)
+        writer.start()
+        try:
+            while data := source.recv(_BUFFER):
+                line.put((time.monotonic() + delay, data))
+        except OSError:
+            pass
+        finally:
+            line.put(None)  # the writer delivers what it holds, then closes both sides
+
+    def _forget(self, source: socket.socket, sink: socket.socket) -> None:
+        with self._lock:
+            known = source in self._open or sink in self._open
+            self._open.discard(source)
+            self._open.discard(sink)
+        if known:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
 
     def close(self) -> None:
         self._closed.set()

@@ -69,13 +69,6 @@ def test_cold_start_is_measured_from_zero(
         assert "warm" in checks_of(warm)["cold start"]["detail"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="pools: swapping back to the checkpoint a pool served before (A -> B -> A) starts"
-    " no worker: LocalProcessScaler.running() still counts the drained A process, so the"
-    " swap waits until HYDRANT_POOL_SWAP_TIMEOUT_S and answers 503 swap_timeout",
-)
 def test_rollback_drill_swaps_back_and_forth_without_failures(
     demo_model_dir: Path, redis_url: str, data_dir: Path, tmp_path: Path
 ) -> None:

@@ -1,0 +1,113 @@
+"""Run a worker process: serve HTTP, load the model, heartbeat, drain on SIGTERM, exit 0.
+
+uvicorn's own SIGTERM handling would close the socket at once and cut the
+streams in flight; here the first SIGTERM (or SIGINT, or `POST /drain`)
+starts a drain instead: the worker publishes `draining` (the gateway stops
+routing to it), finishes what it holds within `drain_timeout_s`, deregisters
+and only then lets uvicorn stop. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from types import FrameType
+
+import redis.asyncio as aioredis
+import uvicorn
+
+from hydrant.engine.worker.app import create_worker_app
+from hydrant.engine.worker.registration import Registration
+from hydrant.engine.worker.runtime import WorkerOptions, WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+
+class _DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, on_signal: asyncio.Event) -> None:
+        super().__init__(config)
+        self._on_signal = on_signal
+        self._signals = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Not recorded in `_captured_signals`: uvicorn would re-raise it after shutdown,
+        # and the default SIGTERM action would turn our clean exit 0 into a kill.
+        self._signals += 1
+        if self._signals > 1:
+            self.should_exit = True
+            self.force_exit = True
+            return
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_signal.set)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_worker(
+    options: WorkerOptions,
+    redis_url: str,
+    prefix: str,
+    heartbeat_s: float,
+    heartbeat_ttl_s: float,
+) -> int:
+    sock = _bind(options.host, options.port)
+    runtime = WorkerRuntime(options)
+    runtime.port = int(sock.getsockname()[1])
+    app = create_worker_app(runtime)
+    drain_requested = asyncio.Event()
+    app.state.request_drain = drain_requested.set
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+    )
+    server = _DrainingServer(config, drain_requested)
+    server._loop = asyncio.get_running_loop()
+    client = aioredis.Redis.from_url(redis_url)
+    registration = Registration(client, prefix, runtime.record, heartbeat_s, heartbeat_ttl_s)
+    runtime.on_change = registration.beat_now
+    registration.start()
+    serving = asyncio.create_task(server.serve(sockets=[sock]), name="worker-http")
+    log.info("worker listening", extra={"address": runtime.address, "model": options.model})
+    loading = asyncio.create_task(runtime.load(), name="worker-load")
+    waiter = asyncio.create_task(drain_requested.wait())
+    exit_code = 0
+    try:
+        done, _ = await asyncio.wait(
+            {loading, waiter, serving}, return_when=asyncio.FIRST_COMPLETED
+        )
+        if loading in done and loading.exception() is not None:
+            log.error("model load failed", exc_info=loading.exception())
+            exit_code = 1
+        elif serving not in done:
+            await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+        if not loading.done():  # a signal during the load: stop it from serving
+            await asyncio.wait({loading}, timeout=options.drain_timeout_s)
+        log.info("worker draining", extra={"inflight": runtime.inflight})
+        await runtime.drain()
+    finally:
+        waiter.cancel()
+        await registration.deregister()
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(serving, 10)
+        await runtime.close()
+        await client.aclose()
+        sock.close()
+    log.info("worker stopped", extra={"exit_code": exit_code})
+    return exit_code
+
+
+def run_worker(
+    options: WorkerOptions, redis_url: str, prefix: str, heartbeat_s: float, heartbeat_ttl_s: float
+) -> int:
+    """The blocking entry point of `hydrant worker`; returns the exit code."""
+    return asyncio.run(serve_worker(options, redis_url, prefix, heartbeat_s, heartbeat_ttl_s))

@@ -1,0 +1,462 @@
+"""One model's pool of workers: routing, waking it from zero, idle scale-down, hot swap.
+
+The pool's view of its workers comes from the registry (refreshed by the
+manager's poll) plus what this gateway knows sooner: requests it has in
+flight on each, a worker it could not reach (skipped until the registry
+catches up), a wake that just succeeded. Requests that find no ready worker
+wait on the pool, like Knative's activator: the first one starts a wake, the
+others wait for the same wake (one wake, not N), all bounded by
+`wake_timeout_s`, after which they get a 503 with `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from hydrant.engine.protocol import EngineStats, GenerateChunk, GenerateRequest
+from hydrant.engine.worker.wire import WorkerRecord
+from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
+from hydrant.platform.dispatch.routing import Candidate, choose, prefix_key
+from hydrant.platform.dispatch.scale_down import idle_past, scale_down
+from hydrant.platform.dispatch.scaler import PoolSpec, Scaler
+from hydrant.platform.dispatch.worker_http import WorkerHttp, WorkerUnavailable
+from hydrant.platform.errors import Conflict, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 4  # workers tried for one request before it gets a 503
+SCALE_OUT_INTERVAL_S = 30.0  # a new worker takes a while to come up: do not ask again at once
+
+
+class WorkerLost(ServiceUnavailable):
+    """The worker died or left while the request was streaming: the response is incomplete."""
+
+    default_code = "worker_lost"
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    start_workers: int = 1
+    max_workers: int = 4
+    idle_timeout_s: float = 300.0
+    scale_down: str = "sleep"  # or "exit"
+    wake_timeout_s: float = 60.0
+    swap_timeout_s: float = 300.0
+    prefix_blocks: int = 8
+
+
+@dataclass
+class WorkerSlot:
+    record: WorkerRecord
+    inflight: int = 0
+    inflight_tokens: int = 0
+    down_until: float = 0.0  # monotonic: unreachable, skipped until then
+    down_since: float = 0.0  # wall clock (heartbeats are wall-clock stamped)
+    partitioned: bool = False  # down because its link went silent: a heartbeat is no cure
+    retired: bool = False  # this gateway stopped routing to it (swap, scale-down)
+
+    @property
+    def worker_id(self) -> str:
+        return self.record.worker_id
+
+    def candidate(self) -> Candidate:
+        stats = self.record.stats
+        return Candidate(
+            worker_id=self.worker_id,
+            capacity=max(1, self.record.capacity),
+            inflight=self.inflight,
+            reported_running=stats.num_running if stats else 0,
+            reported_waiting=stats.num_waiting if stats else 0,
+            kv_usage=stats.kv_usage if stats else 0.0,
+        )
+
+
+@dataclass
+class WorkerPool:
+    spec: PoolSpec
+    http: WorkerHttp
+    scaler: Scaler
+    metrics: PoolMetrics
+    options: PoolOptions = field(default_factory=PoolOptions)
+    clock: Callable[[], float] = time.monotonic
+    workers: dict[str, WorkerSlot] = field(default_factory=dict)
+    waiting: int = 0
+    pinned: tuple[str, str | None] | None = None  # after a swap: only this revision serves
+    swapping: bool = False
+    synced: bool = False  # the registry has been read at least once
+
+    def __post_init__(self) -> None:
+        self._changed = asyncio.Event()
+        self._wake: asyncio.Task[None] | None = None
+        self._wake_started: float | None = None
+        self.last_used = self.clock()
+        self._scaled_down_at: float | None = None
+        self._scaled_out_at: float | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.metrics.wakes.labels(self.model)  # exported as 0 before the first wake
+        self.metrics.wake_seconds.labels(self.model)
+
+    @property
+    def model(self) -> str:
+        return self.spec.model
+
+    # ---- the registry's view --------------------------------------------------------------
+
+    def update(self, records: list[WorkerRecord]) -> None:
+        """Replace the pool's workers by the registry's, keeping this gateway's own counts."""
+        now = self.clock()
+        fresh: dict[str, WorkerSlot] = {}
+        for record in records:
+            slot = self.workers.get(record.worker_id)
+            if slot is None:
+                slot = WorkerSlot(record)
+            else:
+                if (
+                    slot.down_until > now
+                    and not slot.partitioned
+                    and record.heartbeat_at > slot.down_since
+                ):
+                    slot.down_until = 0.0  # it heartbeated after we failed to reach it: alive
+                slot.record = record
+            fresh[record.worker_id] = slot
+        self.workers = fresh
+        self.synced = True
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake_started is not None and self.ready():
+            self.metrics.wake_seconds.labels(self.model).observe(self.clock() - self._wake_started)
+            self._wake_started = None
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    def _eligible(self, slot: WorkerSlot, now: float) -> bool:
+        if slot.record.state != "ready" or slot.retired or slot.down_until > now:
+            return False
+        return self.pinned is None or slot.record.revision == self.pinned
+
+    def ready(self) -> list[WorkerSlot]:
+        now = self.clock()
+        return [s for s in self.workers.values() if self._eligible(s, now)]
+
+    def snapshot(self) -> PoolSnapshot:
+        replicas: dict[str, int] = {}
+        for slot in self.workers.values():
+            state = (
+                "draining" if slot.retired and slot.record.state == "ready" else slot.record.state
+            )
+            replicas[state] = replicas.get(state, 0) + 1
+        return PoolSnapshot(
+            model=self.model,
+            replicas=replicas,
+            waiting=self.waiting,
+            inflight=sum(s.inflight for s in self.workers.values()),
+            inflight_tokens=sum(s.inflight_tokens for s in self.workers.values()),
+        )
+
+    def stats(self) -> EngineStats:
+        """The pool's workers' last reported stats, summed (KV usage: the mean)."""
+        reported = [s.record.stats for s in self.workers.values() if s.record.stats is not None]
+        total = sum(s.num_total_blocks for s in reported)
+        free = sum(s.num_free_blocks for s in reported)
+        return EngineStats(
+            num_running=sum(s.num_running for s in reported),
+            num_waiting=sum(s.num_waiting for s in reported) + self.waiting,
+            kv_usage=(1 - free / total) if total else 0.0,
+            num_free_blocks=free,
+            num_total_blocks=total,
+            prefix_cache_hit_rate=(
+                sum(s.prefix_cache_hit_rate for s in reported) / len(reported) if reported else 0.0
+            ),
+        )
+
+    # ---- taking a worker ------------------------------------------------------------------
+
+    async def acquire(self, key: bytes | None, exclude: set[str], tokens: int) -> WorkerSlot:
+        """A ready worker for one request (counted in flight), waking the pool if need be."""
+        self.last_used = self.clock()
+        deadline = self.last_used + self.options.wake_timeout_s
+        counted = False
+        try:
+            while True:
+                candidates = [s for s in self.ready() if s.worker_id not in exclude]
+                picked = choose([s.candidate() for s in candidates], key)
+                if picked is not None:
+                    if picked.full:  # everyone is full: it queues there, and we add a worker
+                        self._scale_out()
+                    slot = self.workers[picked.worker_id]
+                    slot.inflight += 1
+                    slot.inflight_tokens += tokens
+                    return slot
+                if not counted:
+                    self.waiting += 1
+                    counted = True
+                if self.synced:  # before the first registry read, "no worker" means "not read yet"
+                    self._start_wake()
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    raise ServiceUnavailable(
+                        f"the model `{self.model}` is starting (its pool was scaled to zero)"
+                        " and not ready yet; retry shortly",
+                        code="model_not_ready",
+                        retry_after=max(1.0, min(30.0, self.options.wake_timeout_s / 2)),
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
+        finally:
+            if counted:
+                self.waiting -= 1
+
+    def release(self, slot: WorkerSlot, tokens: int) -> None:
+        slot.inflight = max(0, slot.inflight - 1)
+        slot.inflight_tokens = max(0, slot.inflight_tokens - tokens)
+        self.last_used = self.clock()
+
+    def mark_unreachable(
+        self, slot: WorkerSlot, seconds: float = 10.0, *, partitioned: bool = False
+    ) -> None:
+        """Skip a worker we could not reach until the registry forgets it or it recovers.
+
+        A refused or reset connection with heartbeats still coming is usually a
+        worker that restarted its server: its next heartbeat ends the skip. A
+        stream gone silent is a partition between this gateway and the worker,
+        which heartbeats to Redis just fine: then only time ends the skip, or
+        every request sent there meanwhile would wait out the idle timeout.
+        """
+        slot.down_until = self.clock() + seconds
+        slot.down_since = time.time()
+        slot.partitioned = partitioned
+
+    def _scale_out(self) -> None:
+        """One more worker when all are full, up to `max_workers`, at most once per interval."""
+        alive = [
+            s
+            for s in self.workers.values()
+            if s.record.state in ("starting", "ready") and not s.retired
+        ]
+        now = self.clock()
+        if len(alive) >= self.options.max_workers or self.swapping:
+            return
+        if self._scaled_out_at is not None and now - self._scaled_out_at < SCALE_OUT_INTERVAL_S:
+            return
+        if any(s.record.state == "starting" for s in alive):
+            return  # one is on its way already
+        self._scaled_out_at = now
+        log.info("pool full: adding a worker", extra={"model": self.model, "to": len(alive) + 1})
+        task = asyncio.create_task(self.scaler.scale(self.spec, len(alive) + 1))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ---- wake from zero ---------------------------------------------------------------------
+
+    def _start_wake(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            return
+        self._wake = asyncio.create_task(self._wake_up(), name=f"wake-{self.model}")
+
+    async def _wake_up(self) -> None:
+        """One wake for every waiting request: wake sleeping workers, or start new ones."""
+        if self._wake_started is None:
+            self._wake_started = self.clock()
+        self._scaled_down_at = None
+        sleeping = [s for s in self.workers.values() if s.record.state == "sleeping"]
+        alive = [
+            s
+            for s in self.workers.values()
+            if s.record.state in ("starting", "ready") and not s.retired
+        ]
+        self.metrics.wakes.labels(self.model).inc()
+        log.info(
+            "waking pool",
+            extra={"model": self.model, "sleeping": len(sleeping), "starting": len(alive)},
+        )
+        try:
+            if sleeping:
+                results = await asyncio.gather(
+                    *(self._wake_worker(s) for s in sleeping), return_exceptions=True
+                )
+                if any(r is True for r in results):
+                    return
+            if not alive or all(s.down_until > self.clock() for s in alive):
+                target = max(1, self.options.start_workers)
+                await self.scaler.scale(self.spec, min(target, self.options.max_workers))
+            # Then wait (bounded) for a worker to register ready; the waiters see it too.
+            deadline = self.clock() + self.options.wake_timeout_s
+            while not self.ready() and self.clock() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), 1.0)
+        except Exception as exc:
+            log.warning(
+                "wake failed", extra={"model": self.model, "error": f"{type(exc).__name__}: {exc}"}
+            )
+            await asyncio.sleep(1.0)  # a failing scaler is not hammered by every waiter
+
+    async def _wake_worker(self, slot: WorkerSlot) -> bool:
+        try:
+            await self.http.call(
+                slot.record.address, "POST", "/wake", timeout_s=self.options.wake_timeout_s
+            )
+        except WorkerUnavailable as exc:
+            log.warning("worker did not wake", extra={"model": self.model, "error": exc.message})
+            return False
+        slot.record = msgspec.structs.replace(slot.record, state="ready")
+        self._notify()
+        return True
+
+    # ---- idle scale-down ------------------------------------------------------------------
+
+    def idle_for(self) -> float:
+        busy = self.waiting or any(s.inflight for s in self.workers.values())
+        return 0.0 if busy else self.clock() - self.last_used
+
+    async def maybe_scale_down(self) -> bool:
+        """Scale to zero when idle past the timeout; True when it did."""
+        timeout = self.options.idle_timeout_s
+        if timeout <= 0 or self.swapping or (self._wake is not None and not self._wake.done()):
+            return False
+        ready = self.ready()
+        # This gateway's idleness, then every gateway's (another one's requests keep a
+        # worker busy): the second is the same check the reaper job makes.
+        if not ready or self.idle_for() < timeout:
+            return False
+        if not idle_past([s.record for s in ready], timeout, time.time()):
+            return False
+        log.info(
+            "pool idle: scaling to zero",
+            extra={"model": self.model, "mode": self.options.scale_down},
+        )
+        if self.options.scale_down != "sleep":
+            for slot in ready:
+                slot.retired = True
+        gone = await scale_down(
+            self.spec, [s.record for s in ready], self.options.scale_down, self.http, self.scaler
+        )
+        if self.options.scale_down == "sleep":
+            for slot in ready:
+                if slot.worker_id in gone:
+                    slot.record = msgspec.structs.replace(slot.record, state="sleeping")
+        self._scaled_down_at = self.clock()
+        self._notify()
+        return True
+
+    # ---- hot swap ---------------------------------------------------------------------------
+
+    async def swap(self, new: PoolSpec) -> int:
+        """Start workers of `new`, wait until they serve, then drain the old ones; how many old."""
+        if self.swapping:
+            raise Conflict(f"a swap of `{self.model}` is already running", code="swap_in_progress")
+        self.swapping = True
+        try:
+            serving = [s for s in self.ready() if s.record.revision != new.revision]
+            replicas = max(1, min(len(serving), self.options.max_workers))
+            if self.scaler.rolls_itself:
+                await self.scaler.update(new)
+            else:
+                await self.scaler.scale(new, replicas)
+            deadline = self.clock() + self.options.swap_timeout_s
+            while len(self._ready_of(new)) < replicas:
+                if self.clock() >= deadline:
+                    raise ServiceUnavailable(
+                        f"the new workers of `{self.model}` did not become ready in"
+                        f" {self.options.swap_timeout_s:g} s; the old ones keep serving",
+                        code="swap_timeout",
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), 1.0)
+            old = [s for s in self.workers.values() if s.record.revision != new.revision]
+            self.spec, self.pinned = new, new.revision
+            for slot in old:
+                slot.retired = True
+            if not self.scaler.rolls_itself:
+                await asyncio.gather(*(self._drain(s) for s in old))
+                await self.scaler.retire(new)
+            self._notify()
+            log.info("pool swapped", extra={"model": self.model, "drained": len(old)})
+            return len(old)
+        finally:
+            self.swapping = False
+
+    def _ready_of(self, spec: PoolSpec) -> list[WorkerSlot]:
+        return [
+            s
+            for s in self.workers.values()
+            if s.record.state == "ready" and s.record.revision == spec.revision and not s.retired
+        ]
+
+    async def _drain(self, slot: WorkerSlot) -> None:
+        try:
+            await self.http.call(slot.record.address, "POST", "/drain", timeout_s=10.0)
+        except WorkerUnavailable as exc:  # already gone: nothing to drain
+            log.info("old worker not drained", extra={"model": self.model, "error": exc.message})
+
+
+class PoolClient:
+    """The `EngineClient` of a pooled model: dispatch with retry before the first token."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self._where: dict[str, str] = {}  # request id → worker address
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        pool = self.pool
+        key = prefix_key(request.tenant_id, request.prompt_token_ids, pool.options.prefix_blocks)
+        tokens = len(request.prompt_token_ids) + request.sampling.max_tokens * request.sampling.n
+        tried: set[str] = set()
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            slot = await pool.acquire(key, tried, tokens)
+            produced = False
+            self._where[request.request_id] = slot.record.address
+            try:
+                stream = pool.http.generate(slot.record.address, request)
+                async with contextlib.aclosing(stream):
+                    async for chunk in stream:
+                        produced = True
+                        yield chunk
+                return
+            except WorkerUnavailable as exc:
+                if produced:
+                    log.warning(
+                        "worker lost mid-stream",
+                        extra={
+                            "model": pool.model,
+                            "request_id": request.request_id,
+                            "reason": exc.reason,
+                        },
+                    )
+                    raise WorkerLost(
+                        "the worker running this request stopped while it was streaming;"
+                        " the response is incomplete",
+                        retry_after=1.0,
+                    ) from exc
+                if exc.reason in ("connect", "lost", "silent"):
+                    pool.mark_unreachable(slot, partitioned=exc.reason == "silent")
+                tried.add(slot.worker_id)
+                pool.metrics.retries.labels(pool.model, exc.reason).inc()
+                log.info(
+                    "dispatch retry",
+                    extra={"model": pool.model, "attempt": attempt, "reason": exc.reason},
+                )
+            finally:
+                pool.release(slot, tokens)
+                self._where.pop(request.request_id, None)
+        raise ServiceUnavailable(
+            f"no worker of `{pool.model}` could run the request; retry shortly",
+            code="no_worker",
+            retry_after=1.0,
+        )
+
+    async def abort(self, request_id: str) -> None:
+        address = self._where.get(request_id)
+        if address is not None:
+            with contextlib.suppress(WorkerUnavailable):
+                await self.pool.http.call(address, "POST", f"/abort/{request_id}", timeout_s=5.0)
+
+    def stats(self) -> EngineStats:
+        return self.pool.stats()

@@ -1,0 +1,58 @@
+"""The scale-to-zero reaper: idle pools of every gateway, from the worker registry alone.
+
+A gateway scales its own pools down when they go idle, but only while it
+runs and only for the models it serves: workers left by a gateway that
+stopped, or shared by gateways that each see only their own traffic, are
+the reaper's. It reads every pool in the registry and scales down those
+whose ready workers have all been idle past the timeout, through the same
+`idle_past`/`scale_down` the gateways use. Running it twice is harmless: a
+pool already asleep has no ready worker left to act on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from hydrant.platform.dispatch.directory import WorkerDirectory
+from hydrant.platform.dispatch.scale_down import ControlCalls, idle_past, scale_down
+from hydrant.platform.dispatch.scaler import PoolSpec, Scaler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reaped:
+    model: str
+    mode: str
+    workers: tuple[str, ...]
+
+
+async def reap_idle_pools(
+    directory: WorkerDirectory,
+    http: ControlCalls,
+    scaler: Scaler,
+    idle_timeout_s: float,
+    mode: str,
+    now: float | None = None,
+) -> list[Reaped]:
+    """Scale down every registered pool idle past `idle_timeout_s`; what it scaled down."""
+    if idle_timeout_s <= 0:
+        return []
+    moment = time.time() if now is None else now
+    reaped: list[Reaped] = []
+    for model in await directory.models():
+        ready = [r for r in await directory.workers(model) if r.state == "ready"]
+        if not ready or not idle_past(ready, idle_timeout_s, moment):
+            continue
+        revisions = {r.revision for r in ready}
+        if len(revisions) > 1:  # a hot swap is under way: the gateway running it decides
+            continue
+        path, quantization = revisions.pop()
+        spec = PoolSpec(model=model, path=path, quantization=quantization)
+        log.info("reaper: pool idle, scaling to zero", extra={"model": model, "mode": mode})
+        gone = await scale_down(spec, ready, mode, http, scaler)
+        if gone:
+            reaped.append(Reaped(model, mode, tuple(gone)))
+    return reaped

@@ -1,0 +1,246 @@
+"""The gateway's pools: built from settings, fed by the registry, scaled down when idle, swapped.
+
+`build_pools()` makes the `ModelRegistry` of a gateway that dispatches to
+workers: per model the tokenizer (the gateway counts tokens itself; it reads
+only `tokenizer.json`, no torch) and a `PoolClient` as its engine client.
+`PoolManager` runs the two background loops: registry poll (so a worker that
+stops heartbeating leaves within its TTL plus one poll) and idle scale-down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydrant.engine.tokenizer import Tokenizer
+from hydrant.errors import ConfigurationError
+from hydrant.platform.dispatch.directory import WorkerDirectory
+from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
+from hydrant.platform.dispatch.pool import PoolClient, PoolOptions, WorkerPool
+from hydrant.platform.dispatch.routing import BLOCK_SIZE
+from hydrant.platform.dispatch.scaler import (
+    LocalProcessScaler,
+    NoScaler,
+    PoolSpec,
+    Scaler,
+    local_worker_env,
+)
+from hydrant.platform.dispatch.worker_http import WorkerHttp
+from hydrant.platform.errors import InvalidRequest, NotFound, Unprocessable
+from hydrant.platform.models.checkpoints import inspect_checkpoint
+from hydrant.platform.models.registry import ModelRegistry, ServedModel
+from hydrant.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MODEL_LEN = 2048
+
+
+def make_scaler(settings: Settings) -> Scaler:
+    if settings.pool_scaler == "none":
+        return NoScaler()
+    if settings.pool_scaler == "kubernetes":
+        from hydrant.platform.dispatch.kubernetes import KubernetesScaler
+
+        return KubernetesScaler.from_settings(
+            settings.k8s_api_url,
+            settings.k8s_token,
+            settings.k8s_namespace,
+            settings.k8s_deployment,
+            settings.k8s_container,
+        )
+    env = local_worker_env(
+        dict(os.environ),
+        {
+            "HYDRANT_REDIS_URL": settings.redis_url,
+            "HYDRANT_WORKER_SECRET": settings.worker_secret,
+            "HYDRANT_WORKER_REGISTRY_PREFIX": settings.worker_registry_prefix,
+            "HYDRANT_WORKER_HEARTBEAT_S": str(settings.worker_heartbeat_s),
+            "HYDRANT_WORKER_HEARTBEAT_TTL_S": str(settings.worker_heartbeat_ttl_s),
+            "HYDRANT_WORKER_DRAIN_TIMEOUT_S": str(settings.worker_drain_timeout_s),
+            "HYDRANT_WORKER_KEEPALIVE_S": str(settings.worker_keepalive_s),
+            "HYDRANT_KV_CACHE_BYTES": str(settings.kv_cache_bytes),
+            "HYDRANT_MAX_NUM_SEQS": str(settings.max_num_seqs),
+            "HYDRANT_DTYPE": settings.dtype,
+            "HYDRANT_DATA_DIR": str(settings.data_dir),
+            "HYDRANT_LOG_LEVEL": settings.log_level,
+            "HYDRANT_LOG_FORMAT": settings.log_format,
+        },
+    )
+    return LocalProcessScaler(
+        env=env,
+        log_dir=settings.data_dir / "workers",
+        device=settings.device,
+        stop_timeout_s=settings.worker_drain_timeout_s + 15,
+    )
+
+
+def pool_options(settings: Settings) -> PoolOptions:
+    return PoolOptions(
+        start_workers=settings.pool_start_workers,
+        max_workers=settings.pool_max_workers,
+        idle_timeout_s=settings.pool_idle_timeout_s,
+        scale_down=settings.pool_scale_down,
+        wake_timeout_s=settings.pool_wake_timeout_s,
+        swap_timeout_s=settings.pool_swap_timeout_s,
+        prefix_blocks=settings.pool_prefix_blocks,
+    )
+
+
+@dataclass
+class PoolManager:
+    directory: WorkerDirectory
+    http: WorkerHttp
+    scaler: Scaler
+    metrics: PoolMetrics
+    pools: dict[str, WorkerPool] = field(default_factory=dict)
+    start_workers: int = 1
+    poll_s: float = 0.25
+    idle_check_s: float = 1.0
+    registry: ModelRegistry | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.metrics.watch(self.snapshots)
+
+    def snapshots(self) -> list[PoolSnapshot]:
+        return [pool.snapshot() for pool in self.pools.values()]
+
+    def pool(self, model: str) -> WorkerPool:
+        try:
+            return self.pools[model]
+        except KeyError:
+            raise NotFound(f"no pool serves the model `{model}`", param="model") from None
+
+    async def start(self) -> None:
+        await self.refresh()
+        for pool in self.pools.values():
+            missing = self.start_workers - len(pool.workers)
+            if missing > 0:
+                await self.scaler.scale(pool.spec, self.start_workers)
+        self._tasks.append(asyncio.create_task(self._poll_loop(), name="pool-registry-poll"))
+        self._tasks.append(asyncio.create_task(self._idle_loop(), name="pool-idle"))
+
+    async def refresh(self) -> None:
+        for pool in self.pools.values():
+            pool.update(await self.directory.workers(pool.model))
+
+    async def _poll_loop(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception as exc:  # Redis away: keep the last view, keep trying
+                log.warning("worker registry poll failed", extra={"error": type(exc).__name__})
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(self.poll_s)
+
+    async def _idle_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.idle_check_s)
+            for pool in list(self.pools.values()):
+                try:
+                    await pool.maybe_scale_down()
+                except Exception as exc:
+                    log.warning(
+                        "idle scale-down failed",
+                        extra={"model": pool.model, "error": type(exc).__name__},
+                    )
+
+    async def swap(self, model: str, path: str, quantization: str | None) -> int:
+        pool = self.pool(model)
+        if quantization not in (None, "int8", "int4"):
+            raise InvalidRequest(
+                "quantization must be `int8`, `int4` or null", param="quantization"
+            )
+        checkpoint = Path(path)
+        if isinstance(self.scaler, LocalProcessScaler):  # its workers read this very directory
+            info = inspect_checkpoint(checkpoint)
+            if not info.loadable:
+                raise Unprocessable(
+                    f"{path} cannot be served: {'; '.join(info.problems)}", param="path"
+                )
+        drained = await pool.swap(PoolSpec(model=model, path=path, quantization=quantization))
+        served = self.registry.get(model) if self.registry is not None else None
+        if served is not None and (checkpoint / "tokenizer.json").is_file():
+            # The gateway counts tokens: with the new checkpoint's tokenizer from now on.
+            served.tokenizer = Tokenizer.from_pretrained(checkpoint)
+            served.max_model_len = inspect_checkpoint(checkpoint).max_model_len or (
+                served.max_model_len
+            )
+        return drained
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.scaler.close()
+        await self.http.aclose()
+        await self.directory.aclose()
+
+
+def build_pools(
+    settings: Settings, scaler: Scaler | None = None
+) -> tuple[ModelRegistry, PoolManager]:
+    """The registry of pooled models and their manager (call `manager.start()` in the app)."""
+    if not settings.redis_url:
+        raise ConfigurationError(
+            "worker pools need Redis (HYDRANT_REDIS_URL): workers register there"
+        )
+    if not settings.worker_secret:
+        raise ConfigurationError(
+            "worker pools need HYDRANT_WORKER_SECRET (shared with the workers)"
+        )
+    if settings.worker_stream_idle_timeout_s <= 2 * settings.worker_keepalive_s:
+        raise ConfigurationError(
+            "HYDRANT_WORKER_STREAM_IDLE_TIMEOUT_S must be more than two keep-alive intervals"
+            " (HYDRANT_WORKER_KEEPALIVE_S), or live streams of queued requests would be cut"
+        )
+    http = WorkerHttp(
+        settings.worker_secret, stream_idle_timeout_s=settings.worker_stream_idle_timeout_s
+    )
+    metrics = PoolMetrics()
+    manager = PoolManager(
+        directory=WorkerDirectory.from_url(settings.redis_url, settings.worker_registry_prefix),
+        http=http,
+        scaler=scaler or make_scaler(settings),
+        metrics=metrics,
+        start_workers=settings.pool_start_workers,
+        poll_s=max(0.1, min(1.0, settings.worker_heartbeat_s / 2)),
+        idle_check_s=max(0.2, min(5.0, settings.pool_idle_timeout_s / 4 or 5.0)),
+    )
+    registry = ModelRegistry()
+    manager.registry = registry
+    options = pool_options(settings)
+    for spec in settings.served_models():
+        path = Path(spec.path)
+        if not (path / "tokenizer.json").is_file():
+            raise ConfigurationError(
+                f"model {spec.name}: the gateway tokenizes, so {path} needs tokenizer.json"
+            )
+        info = inspect_checkpoint(path)
+        pool = WorkerPool(
+            spec=PoolSpec(model=spec.name, path=str(path), quantization=settings.quantization),
+            http=http,
+            scaler=manager.scaler,
+            metrics=metrics,
+            options=options,
+        )
+        manager.pools[spec.name] = pool
+        registry.add(
+            ServedModel(
+                name=spec.name,
+                tokenizer=Tokenizer.from_pretrained(path),
+                client=PoolClient(pool),
+                max_model_len=info.max_model_len or DEFAULT_MAX_MODEL_LEN,
+                state="pool",
+                max_num_seqs=settings.max_num_seqs,  # what the workers are started with
+                block_size=BLOCK_SIZE,
+            )
+        )
+    return registry, manager
