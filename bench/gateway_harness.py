@@ -229,6 +229,7 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
         auto_migrate=False,
         kv_cache_bytes=64 * 1024 * 1024,
         log_level="WARNING",
+        ledger_commit=config.get("ledger_commit", "database"),
     )
     engines = load_embedded_engines(settings)
     model = engines.registry.get("demo")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from hydrant.engine.errors import InvalidRequestError
@@ -117,10 +117,18 @@ class Generation:
         await asyncio.shield(self._settle(outcome))
 
     async def _settle(self, outcome: Outcome) -> None:
+        # Both at once: they touch different stores (quota store, ledger), each must happen
+        # whatever the other does, and the response waits for both, so one round trip, not two.
+        settled, recorded = await asyncio.gather(
+            self._admission.settle(outcome),
+            self._ledger.record(self.ctx, outcome),
+            return_exceptions=True,
+        )
         try:
-            await self._admission.settle(outcome)
+            for result in (recorded, settled):  # the ledger's error first: it is the one to report
+                if isinstance(result, BaseException):
+                    raise result
         finally:
-            await self._ledger.record(self.ctx, outcome)
             usage = outcome.usage
             # One line per request: ids and counts only, never prompt or completion text.
             log.info(
@@ -153,12 +161,20 @@ class Generation:
 
 
 class InferenceService:
-    def __init__(self, gatekeeper: Gatekeeper, ledger: LedgerWriter) -> None:
+    def __init__(
+        self,
+        gatekeeper: Gatekeeper,
+        ledger: LedgerWriter,
+        ready: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.gatekeeper = gatekeeper
         self.ledger = ledger
+        self._ready = ready  # raises when the request could not be metered (spool full)
 
     async def start(self, ctx: RequestContext, model: ServedModel) -> Generation:
         """Admit, dispatch and wait for the first chunk; errors here are clean HTTP errors."""
+        if self._ready is not None:
+            await self._ready()
         admission = await self.gatekeeper.admit(ctx)
         prepared = ctx.prepared
         request = GenerateRequest(

@@ -8,6 +8,7 @@ device price, so reports can show revenue, cost and margin from one row.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.exc import DataError, IntegrityError
 
@@ -24,11 +25,12 @@ from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_fr
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
 from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.session import Database
+from hydrant.platform.errors import ServiceUnavailable
 from hydrant.platform.inference.accounting import Outcome, RequestContext
 from hydrant.platform.ledger import repository
 from hydrant.platform.ledger.group_commit import GroupCommit
 from hydrant.platform.ledger.repository import PriceVersion
-from hydrant.platform.ledger.spool import LedgerSpool
+from hydrant.platform.ledger.spool import LedgerSpool, SpoolFullError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,31 @@ LIVE_WRITE_TIMEOUT_S = 2.0
 MAX_SLOW_WRITES = 32
 # How old the in-memory copy of a model's price versions may get (see `_price_at`).
 PRICE_CACHE_S = 30.0
+# While the database is down and the spool is full, new requests are refused; at most
+# this often one of them checks whether the database is back (a cheap ping).
+UNRECORDABLE_PROBE_S = 1.0
+
+# Where a request's entry must be durable before its response completes:
+# "database": committed in the ledger table (the request waits for PostgreSQL's commit);
+# "journal": fsync'd in the local spool (one fsync for the entries that finish together),
+#   then moved into the database in the background, in batches, insert-if-absent by
+#   request id. Both keep one entry per 200 through a crash: the journal replays on restart.
+LedgerCommit = Literal["database", "journal"]
+# How long the journal's mover lets entries gather before one batch goes to the database,
+# and the most entries one batch (one transaction) takes.
+JOURNAL_GATHER_S = 0.25
+JOURNAL_BATCH = 512
+# After the database failed a batch, the mover waits this long before trying again.
+JOURNAL_RETRY_S = 1.0
+
+
+def _unrecordable() -> ServiceUnavailable:
+    return ServiceUnavailable(
+        "usage cannot be recorded right now (ledger database unreachable and its spool is"
+        " full): the request is refused rather than served unmetered; retry later",
+        code="ledger_unavailable",
+        retry_after=5,
+    )
 
 
 def _iso(value: datetime) -> str:
@@ -63,20 +90,33 @@ class DatabaseLedger:
         device_price: DevicePrice,
         *,
         write_timeout_s: float = LIVE_WRITE_TIMEOUT_S,
+        commit: LedgerCommit = "database",
     ) -> None:
+        if commit not in ("database", "journal"):
+            raise ValueError(f"unknown ledger commit mode {commit!r}")
+        self.commit: LedgerCommit = commit
         self.database = database
         self.spool = spool
         self.device_price = device_price
         self.write_timeout_s = write_timeout_s
         self._spooling = False
+        self._spool_full = False  # an entry could be neither written nor spooled
+        self._probed_at = 0.0
         self._slow_writes: set[asyncio.Future[None]] = set()
         self._commits = GroupCommit(self._flush)
+        self._journal = GroupCommit(self._append_journal)  # group fsync (journal mode)
+        self._journal_waiting = asyncio.Event()  # entries in the journal for the mover
+        self._replay_lock = asyncio.Lock()  # the mover and the outage replay take turns
         self._model_ids: dict[str, str] = {}
         self._price_versions: dict[str, tuple[float, list[PriceVersion]]] = {}
 
     async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
+        if self.commit == "journal":
+            await self._record_in_journal(ctx, outcome)
+            return
         try:
             await self._write_within_timeout(ctx, outcome)
+            self._spool_full = False
             if self._spooling:
                 self._spooling = False
                 log.info("ledger database reachable again")
@@ -87,7 +127,93 @@ class DatabaseLedger:
                     "ledger database unreachable: spooling entries",
                     extra={"error": type(exc).__name__},
                 )
-            await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
+            try:
+                await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
+            except SpoolFullError as full:
+                if not self._spool_full:
+                    log.error("ledger spool full with the database unreachable: refusing requests")
+                self._spool_full = True
+                raise _unrecordable() from full
+
+    async def _record_in_journal(self, ctx: RequestContext, outcome: Outcome) -> None:
+        """Journal mode: durable in the spool (group fsync) now, in the database soon."""
+        try:
+            await asyncio.shield(self._journal.submit(self._spool_entry(ctx, outcome)))
+        except SpoolFullError as full:
+            if not self._spool_full:
+                log.error("ledger journal full (database behind or down): refusing requests")
+            self._spool_full = True
+            raise _unrecordable() from full
+
+    async def _append_journal(self, raws: list[dict[str, Any]]) -> None:
+        await asyncio.to_thread(self.spool.append_many, raws)
+        self._journal_waiting.set()  # here, not in `record`: its caller may be gone
+
+    async def move_journal(self) -> None:
+        """Journal mode's background task: move journaled entries into the database.
+
+        Runs for the gateway's life (cancelled at stop; the gateway's last replay
+        then moves what is left). A failed batch stays in the journal and is retried;
+        the database down for long fills the journal, and a full journal refuses work.
+        """
+        failing = False
+        if self.spool.size_bytes:  # left by a previous run (a crash): moved first
+            log.info(
+                "ledger journal holds entries of a previous run: moving them",
+                extra={"bytes": self.spool.size_bytes},
+            )
+            self._journal_waiting.set()
+        while True:
+            await self._journal_waiting.wait()
+            await asyncio.sleep(JOURNAL_GATHER_S)  # let the entries of a busy moment gather
+            self._journal_waiting.clear()
+            try:
+                async with self._replay_lock:
+                    result = await self.spool.replay_batches(
+                        self._flush, batch_size=JOURNAL_BATCH, count_remaining=False
+                    )
+                error: BaseException | None = result.error
+            except Exception as exc:
+                error = exc
+            if error is None:
+                self._spool_full = False
+                if failing:
+                    failing = False
+                    log.info("ledger database reachable again: journal moving")
+                continue
+            if not failing:  # once per outage, not per retry
+                failing = True
+                log.warning(
+                    "ledger journal cannot reach the database: entries wait in the journal",
+                    extra={"error": type(error).__name__},
+                )
+            self._journal_waiting.set()
+            await asyncio.sleep(JOURNAL_RETRY_S)
+
+    async def ensure_recordable(self) -> None:
+        """Refuse new work (503) while an entry could be neither written nor spooled.
+
+        Why before the work: once the spool is full, a request served now could not
+        be billed, and a 503 after generating would waste the device too. The state
+        clears when a write succeeds or a (rate-limited) ping finds the database back.
+        In journal mode it clears when the mover has made room in the journal.
+        """
+        if not self._spool_full:
+            return
+        if self.commit == "journal":
+            if self.spool.size_bytes < self.spool.max_bytes // 2:
+                self._spool_full = False
+                return
+            raise _unrecordable()
+        now = time.monotonic()
+        if now - self._probed_at >= UNRECORDABLE_PROBE_S:
+            self._probed_at = now
+            with contextlib.suppress(Exception):  # still down: refused below
+                await asyncio.wait_for(self.database.ping(), self.write_timeout_s)
+                self._spool_full = False
+                log.info("ledger database reachable again: accepting requests")
+                return
+        raise _unrecordable()
 
     async def _flush(self, raws: list[dict[str, Any]]) -> None:
         """One transaction for a group of entries (see group_commit.py).
@@ -228,7 +354,11 @@ class DatabaseLedger:
             except REFUSED as exc:  # would block every entry behind it: set aside, go on
                 await asyncio.to_thread(self._reject, raw, exc)
 
-        result = await self.spool.replay(sink)
+        async with self._replay_lock:
+            if self.commit == "journal":  # the whole journal, in batches (see move_journal)
+                result = await self.spool.replay_batches(self._flush, batch_size=JOURNAL_BATCH)
+            else:
+                result = await self.spool.replay(sink)
         if result.error is not None:
             log.warning(
                 "spool replay stopped",
