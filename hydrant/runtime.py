@@ -46,6 +46,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             device=settings.device,
             dtype=settings.dtype,
             kv_cache_bytes=settings.kv_cache_bytes,
+            max_num_seqs=settings.max_num_seqs,
             quantization=settings.quantization,  # type: ignore[arg-type]  # validated there
         )
         engine = LLMEngine.from_pretrained(
@@ -62,6 +63,8 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
                 tokenizer=engine.tokenizer,
                 client=InProcessEngineClient(front),
                 max_model_len=engine.max_model_len,
+                max_num_seqs=config.max_num_seqs,
+                block_size=config.block_size,
             )
         )
         log.info(

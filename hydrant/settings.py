@@ -21,6 +21,10 @@ ENV_PREFIX = "HYDRANT_"
 
 FailureMode = Literal["closed", "open"]
 LogFormat = Literal["json", "text"]
+PoolScalerKind = Literal["local", "kubernetes", "none"]
+ScaleDownMode = Literal["sleep", "exit"]
+DigestNoUsage = Literal["send", "skip"]
+LedgerCommitMode = Literal["database", "journal"]  # hydrant.platform.ledger.service
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,18 @@ class Settings:
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     kv_cache_bytes: int = 256 * 1024 * 1024
+    max_num_seqs: int = 256
     quantization: str | None = None
     max_request_body_bytes: int = 4 * 1024 * 1024
+    max_header_bytes: int = 16 * 1024
+    body_read_timeout_s: float = 30.0
+    header_read_timeout_s: float = 10.0
+    keep_alive_timeout_s: int = 5
+    auth_max_failures: int = 20
+    auth_failure_window_s: float = 60.0
+    auth_block_s: float = 300.0
+    trusted_proxies: str = ""
+    cors_origins: str = ""
     default_max_tokens: int = 256
     price_input_per_mtok: Decimal = Decimal("0.10")
     price_cached_input_per_mtok: Decimal = Decimal("0.05")
@@ -71,10 +85,40 @@ class Settings:
     long_lane_slots: int = 2
     long_lane_queue: int = 64
     spool_max_bytes: int = 256 * 1024 * 1024
+    ledger_commit: LedgerCommitMode = "database"
     redis_failure_mode: FailureMode = "closed"
     log_level: str = "INFO"
     log_format: LogFormat = "json"
     log_file: Path | None = None
+    public_url: str | None = None
+    digest_from: str = "Hydrant <hydrant@localhost>"
+    digest_no_usage: DigestNoUsage = "send"
+    admin_digest_to: str | None = None
+    admin_digest_hour: int = 7
+    embedded_jobs: bool = True
+    worker_pools: bool = False
+    worker_secret: str | None = None
+    worker_registry_prefix: str = "hydrant:workers"
+    worker_advertise_host: str | None = None
+    worker_advertise_port: int = 0  # 0: the port it listens on (else: behind a proxy/NAT)
+    worker_keepalive_s: float = 2.0  # empty frame on a silent generate stream
+    worker_stream_idle_timeout_s: float = 30.0  # gateway: silent this long = worker lost
+    worker_heartbeat_s: float = 1.0
+    worker_heartbeat_ttl_s: float = 5.0
+    worker_drain_timeout_s: float = 30.0
+    pool_scaler: PoolScalerKind = "local"
+    pool_start_workers: int = 1
+    pool_max_workers: int = 4
+    pool_idle_timeout_s: float = 300.0
+    pool_scale_down: ScaleDownMode = "sleep"
+    pool_wake_timeout_s: float = 60.0
+    pool_swap_timeout_s: float = 300.0
+    pool_prefix_blocks: int = 8
+    k8s_api_url: str | None = None
+    k8s_token: str | None = None
+    k8s_namespace: str = "default"
+    k8s_deployment: str = "hydrant-worker-{model}"
+    k8s_container: str = "worker"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property

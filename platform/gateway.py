@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
@@ -29,6 +30,12 @@ from hydrant.platform.quotas import GuardedQuotaBackend, InMemoryQuotaBackend, Q
 from hydrant.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+class BackgroundService(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def make_quota_backend(settings: Settings) -> QuotaBackend:
@@ -57,6 +64,9 @@ class Gateway:
     abuse: AbuseGuard
     metrics: GatewayMetrics
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # Started after the gateway, stopped before it (and before the database closes): the
+    # embedded default's job scheduler (hydrant.platform.jobs.scheduler) lives here.
+    background: list[BackgroundService] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -71,7 +81,7 @@ class Gateway:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         spool = LedgerSpool(settings.data_dir / "ledger.spool", max_bytes=settings.spool_max_bytes)
         device_price = DevicePrice(settings.device_price_per_hour)
-        ledger = DatabaseLedger(database, spool, device_price)
+        ledger = DatabaseLedger(database, spool, device_price, commit=settings.ledger_commit)
         metrics = GatewayMetrics()
         metrics.watch_spool(spool)
         gate = QuotaGate(
@@ -92,7 +102,7 @@ class Gateway:
             spool=spool,
             ledger=ledger,
             gate=gate,
-            inference=InferenceService(gate, metered),
+            inference=InferenceService(gate, metered, ready=ledger.ensure_recordable),
             abuse=AbuseGuard(on_event=lambda event: metrics.abuse_events.labels(event).inc()),
             metrics=metrics,
         )
@@ -117,7 +127,12 @@ class Gateway:
                         "price book not loaded at start", extra={"error": type(exc).__name__}
                     )
         self.prices.start()
-        self._tasks.append(asyncio.create_task(self._replay_loop(), name="spool-replay"))
+        if self.ledger.commit == "journal":  # the journal's mover also replays what a crash left
+            self._tasks.append(asyncio.create_task(self.ledger.move_journal(), name="ledger-mover"))
+        else:
+            self._tasks.append(asyncio.create_task(self._replay_loop(), name="spool-replay"))
+        for service in self.background:
+            await service.start()
 
     async def _replay_loop(self, every_s: float = 5.0) -> None:
         # `size_bytes`, not `pending()`: pending reads the whole file, on the event loop.
@@ -134,6 +149,8 @@ class Gateway:
             await asyncio.sleep(every_s)
 
     async def stop(self) -> None:
+        for service in reversed(self.background):
+            await service.stop()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -12,6 +12,7 @@ from hydrant.cli.context import CliContext
 from hydrant.cli.database import migrate
 from hydrant.cli.jobscmd import jobs
 from hydrant.cli.modelcmds import capacity, demo_model, models
+from hydrant.cli.preflightcmd import preflight
 from hydrant.cli.reportcmd import report
 from hydrant.cli.serve import serve
 from hydrant.cli.workercmd import worker
@@ -37,6 +38,7 @@ def cli(ctx: click.Context, config_file: Path | None) -> None:
 
 for command in (serve, worker, migrate, tenants, keys, models, report, capacity, demo_model, jobs):
     cli.add_command(command)
+cli.add_command(preflight)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import threading
 from decimal import Decimal
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from hydrant.platform.billing.money import to_micro_units
 
@@ -136,6 +136,8 @@ class GatewayMetrics:
             "Ledger entries waiting in the local spool for the database.",
             registry=r,
         )
+        # process_resident_memory_bytes & co.: the soak bench and preflight watch RSS through it.
+        ProcessCollector(registry=r)
 
     def observe_request(
         self,

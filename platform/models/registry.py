@@ -23,6 +23,9 @@ class ServedModel:
     max_model_len: int
     created: int = field(default_factory=lambda: int(time.time()))
     state: str = "loaded"
+    # Engine limits, for `GET /admin/engines` and `hydrant preflight` (None: not known here).
+    max_num_seqs: int | None = None
+    block_size: int | None = None
 
 
 class ModelRegistry:

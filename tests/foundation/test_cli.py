@@ -38,16 +38,33 @@ def test_each_command_has_help(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "issue"),
+    ("args", "env", "needle"),
     [
-        (["worker"], "#6"),
-        (["jobs", "beat"], "#7"),
+        (["worker"], {}, "--model"),
+        (["worker", "--model", "demo"], {"HYDRANT_REDIS_URL": ""}, "HYDRANT_REDIS_URL"),
+        (
+            ["worker", "--model", "demo"],
+            {"HYDRANT_REDIS_URL": "redis://127.0.0.1:1/0", "HYDRANT_WORKER_SECRET": ""},
+            "HYDRANT_WORKER_SECRET",
+        ),
     ],
 )
-def test_later_features_refuse_instead_of_pretending(args: list[str], issue: str) -> None:
-    result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 2
-    assert issue in result.output
+def test_worker_without_its_settings_is_a_usage_error(
+    args: list[str], env: dict[str, str], needle: str, tmp_path: Path
+) -> None:
+    env = {"HYDRANT_DATA_DIR": str(tmp_path), "HYDRANT_LOG_FORMAT": "text", **env}
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+
+
+@pytest.mark.parametrize("command", ["worker", "beat"])
+def test_jobs_without_redis_refuse_clearly(command: str, tmp_path: Path) -> None:
+    """Worker and beat need a broker; the refusal names the setting and the embedded path."""
+    env = {"HYDRANT_DATA_DIR": str(tmp_path), "HYDRANT_LOG_FORMAT": "text"}
+    result = CliRunner().invoke(cli, ["jobs", command], env=env)
+    assert result.exit_code == 2, result.output
+    assert "HYDRANT_REDIS_URL" in result.output and "hydrant serve" in result.output
 
 
 def test_migrate_then_check(tmp_path: Path) -> None:
