@@ -24,7 +24,9 @@ def money(value: Decimal | str | None, places: int = REPORT_PLACES) -> str:
     """Money as a person reads it: rounded once, with the project's one rounding function."""
     if value is None:
         return "—"
-    return f"{round_money(Decimal(value), places):,f}"
+    rounded = round_money(Decimal(value), places)
+    # A tiny negative margin rounds to -0.00; a person reads that as a sign error.
+    return f"{rounded.copy_abs() if rounded.is_zero() else rounded:,f}"
 
 
 def count(value: int | None) -> str:
