@@ -47,6 +47,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             dtype=settings.dtype,
             kv_cache_bytes=settings.kv_cache_bytes,
             max_num_seqs=settings.max_num_seqs,
+            long_lane_tokens=settings.long_lane_tokens,
             quantization=settings.quantization,  # type: ignore[arg-type]  # validated there
         )
         engine = LLMEngine.from_pretrained(

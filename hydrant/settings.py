@@ -66,6 +66,7 @@ class Settings:
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     kv_cache_bytes: int = 256 * 1024 * 1024
     max_num_seqs: int = 256
+    long_lane_tokens: int = 2048  # per engine step, for prompts of 512+ tokens
     quantization: str | None = None
     max_request_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024

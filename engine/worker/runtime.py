@@ -38,6 +38,7 @@ class WorkerOptions:
     dtype: str = "float32"
     kv_cache_bytes: int = 256 * 1024 * 1024
     max_num_seqs: int = 256
+    long_lane_tokens: int = 2048
     quantization: str | None = None
     host: str = "127.0.0.1"
     port: int = 0
@@ -115,6 +116,7 @@ class WorkerRuntime:
             dtype=self.options.dtype,
             kv_cache_bytes=self.options.kv_cache_bytes,
             max_num_seqs=self.options.max_num_seqs,
+            long_lane_tokens=self.options.long_lane_tokens,
             quantization=quantization,  # type: ignore[arg-type]  # validated by EngineConfig
             show_progress=False,
         )

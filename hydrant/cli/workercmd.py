@@ -67,6 +67,7 @@ def worker(
         dtype=settings.dtype,
         kv_cache_bytes=settings.kv_cache_bytes,
         max_num_seqs=settings.max_num_seqs,
+        long_lane_tokens=settings.long_lane_tokens,
         quantization=quantization or settings.quantization,
         host=host,
         port=port,

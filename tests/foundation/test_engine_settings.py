@@ -1,0 +1,28 @@
+"""Engine limits set for the gateway reach the in-process engine it builds."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from hydrant.runtime import load_embedded_engines
+from hydrant.settings import ModelSpec, load_settings
+
+
+def test_long_lane_budget_and_max_num_seqs_reach_the_embedded_engine(
+    demo_model_dir: Path, tmp_path: Path
+) -> None:
+    settings = load_settings(
+        {"HYDRANT_LONG_LANE_TOKENS": "128", "HYDRANT_MAX_NUM_SEQS": "7"},
+        data_dir=tmp_path,
+        models=(ModelSpec(name="demo", path=demo_model_dir),),
+        kv_cache_bytes=8 * 1024 * 1024,
+    )
+    loaded = load_embedded_engines(settings)
+    try:
+        config = loaded.engines[0].engine.config  # type: ignore[attr-defined]
+        assert config.long_lane_tokens == 128
+        assert config.max_num_seqs == 7
+        assert loaded.registry.get("demo").max_num_seqs == 7
+    finally:
+        asyncio.run(loaded.shutdown())
