@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from tiny_models import (
     EngineTracker,
     assert_no_kv_leak,
@@ -26,24 +24,12 @@ GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
 LONG = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("llama"), "llama", seed=4)
-
-
-@pytest.fixture()
-def engines() -> Iterator[EngineTracker]:
-    tracker = EngineTracker()
-    yield tracker
-    tracker.check()
 
 
 async def _collect(

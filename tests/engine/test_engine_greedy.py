@@ -9,12 +9,10 @@ batching, caching and preemption must never change a result.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 from tiny_models import (
     EngineTracker,
     Family,
@@ -43,12 +41,7 @@ class Reference:
     shared_outputs: list[list[int]]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=PARITY_FAMILIES)
@@ -69,13 +62,6 @@ def reference(
         shared_prompts=shared,
         shared_outputs=[hf_greedy(hf, p, NEW_TOKENS) for p in shared],
     )
-
-
-@pytest.fixture()
-def engines() -> Iterator[EngineTracker]:
-    tracker = EngineTracker()
-    yield tracker
-    tracker.check()
 
 
 def _generate(engine: LLMEngine, prompts: list[list[int]], tag: str = "r") -> list[list[int]]:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from prometheus_client import CollectorRegistry
 from tiny_models import (
     EngineTracker,
@@ -28,24 +26,12 @@ from hydrant.engine.scheduler import SchedulerOutput
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("llama"), "llama", seed=3)
-
-
-@pytest.fixture()
-def engines() -> Iterator[EngineTracker]:
-    tracker = EngineTracker()
-    yield tracker
-    tracker.check()
 
 
 def _run_one(

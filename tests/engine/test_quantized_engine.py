@@ -9,7 +9,6 @@ logits to quantizing the float checkpoint on load (same codes, same ops).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,24 +29,12 @@ NEW_TOKENS = 24
 GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("llama"), "llama", seed=3)
-
-
-@pytest.fixture
-def engines() -> Iterator[EngineTracker]:
-    tracker = EngineTracker()
-    yield tracker
-    tracker.check()
 
 
 def greedy_outputs(engine: LLMEngine, prompts: list[list[int]]) -> list[list[int]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,24 +31,12 @@ GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 LONG = SamplingParams(max_tokens=60, temperature=0.0, ignore_eos=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("llama"), "gqa", seed=11)
-
-
-@pytest.fixture()
-def engines() -> Iterator[EngineTracker]:
-    tracker = EngineTracker()
-    yield tracker
-    tracker.check()
 
 
 def _greedy(engine: LLMEngine, prompts: list[list[int]], tag: str) -> dict[int, list[int]]:
