@@ -50,12 +50,13 @@ def write_kv(
 ) -> None:
     """Scatter the step's K/V [T, Hkv, D] into the cache at their slots (-1 = skip)."""
     num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep]
+    if slot_mapping.numel() and int(slot_mapping.min()) < 0:  # the engine never pads; others may
+        keep = slot_mapping >= 0
+        slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
     k_flat = k_cache.view(-1, num_kv_heads, head_dim)
     v_flat = v_cache.view(-1, num_kv_heads, head_dim)
-    k_flat.index_copy_(0, slots, key[keep].to(k_cache.dtype))
-    v_flat.index_copy_(0, slots, value[keep].to(v_cache.dtype))
+    k_flat.index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+    v_flat.index_copy_(0, slot_mapping, value.to(v_cache.dtype))
 
 
 def _gather(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
@@ -65,41 +66,89 @@ def _gather(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
     return blocks.view(batch, -1, cache.shape[2], cache.shape[3])
 
 
-DECODE_GROUP = 16  # sequences per padded attention call (sorted by context length)
+MAX_DECODE_GROUP = 64  # sequences per padded attention call at most
+PAD_SLACK = 1.25  # a group's padded context may exceed its rows' own by this factor...
+FREE_PAD_BYTES = 1 << 20  # ...or by this much K/V per layer: about what one more call costs
+
+
+def free_pad_tokens(num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """Padding (in tokens) cheaper than splitting a group: FREE_PAD_BYTES of one layer's K+V."""
+    per_token = 2 * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    return FREE_PAD_BYTES // per_token
 
 
 @dataclass
 class DecodeGroup:
-    """Up to DECODE_GROUP decode sequences of similar context length, padded together."""
+    """Decode sequences of similar context length, padded together into one SDPA call.
 
-    index: torch.Tensor  # rows of q that belong to the group
+    `rows` is a slice of the batch when the batch arrives sorted by context
+    length (the model runner orders it so), which keeps every per-layer
+    gather and scatter of q and of the output away; otherwise an index tensor.
+    """
+
+    rows: slice | torch.Tensor
     block_ids: torch.Tensor  # [g * num_blocks] long: every row's blocks, padded with block 0
-    mask: torch.Tensor  # [g, 1, 1, num_blocks * block_size] bool: real context positions
+    mask: torch.Tensor | None  # [g, 1, 1, num_blocks * block_size] bool; None: nothing padded
 
 
 DecodePlan = list[DecodeGroup]
 
 
+def cut_groups(sorted_lens: list[int], block_size: int, free_pad: int = 0) -> list[tuple[int, int]]:
+    """[start, end) runs of ascending context lengths whose padded area stays within the slack.
+
+    Padding costs memory traffic (every padded slot is gathered and read) and
+    each group costs a few kernel launches per layer, so groups grow while the
+    padding stays under PAD_SLACK of what the rows would gather alone (whole
+    blocks) or under `free_pad` tokens, up to MAX_DECODE_GROUP. Small models
+    (few K/V bytes per token) are bound by calls and get big groups; large
+    ones by memory traffic and get tight ones.
+    """
+    groups: list[tuple[int, int]] = []
+    start = real = 0
+    for i, length in enumerate(sorted_lens):
+        padded = -(-length // block_size) * block_size
+        rows = i - start + 1
+        alone = real + padded
+        waste = rows * padded - alone
+        if rows > 1 and (
+            rows > MAX_DECODE_GROUP or (waste > (PAD_SLACK - 1) * alone and waste > free_pad)
+        ):
+            groups.append((start, i))
+            start, real = i, 0
+        real += padded
+    if sorted_lens:
+        groups.append((start, len(sorted_lens)))
+    return groups
+
+
 def plan_decode(
-    tables: list[list[int]], context_lens: list[int], block_size: int, device: torch.device
+    tables: list[list[int]],
+    context_lens: list[int],
+    block_size: int,
+    device: torch.device,
+    free_pad: int = 0,
 ) -> DecodePlan:
     """Sort by context length and cut into groups, so a 30-token context never pays for a
     2,000-token neighbour's padding. Built once per step and reused by every layer."""
-    order = list(range(len(context_lens)))
-    if len(order) > DECODE_GROUP:  # one group keeps the batch order (planned_... relies on it)
-        order.sort(key=context_lens.__getitem__)
+    order = sorted(range(len(context_lens)), key=context_lens.__getitem__)
+    in_order = all(i == r for i, r in enumerate(order))
+    lens = [context_lens[r] for r in order]
     plan: DecodePlan = []
-    for first in range(0, len(order), DECODE_GROUP):
-        rows = order[first : first + DECODE_GROUP]
-        num_blocks = -(-max(context_lens[r] for r in rows) // block_size)
+    for first, last in cut_groups(lens, block_size, free_pad):
+        rows = order[first:last]
+        num_blocks = -(-lens[last - 1] // block_size)
         ids = [b for r in rows for b in (tables[r] + [0] * num_blocks)[:num_blocks]]
-        lens = torch.tensor([context_lens[r] for r in rows], device=device)
-        positions = torch.arange(num_blocks * block_size, device=device)
+        mask = None
+        if lens[first] != num_blocks * block_size:
+            group_lens = torch.tensor(lens[first:last], device=device)
+            positions = torch.arange(num_blocks * block_size, device=device)
+            mask = (positions[None, :] < group_lens[:, None])[:, None, None, :]
         plan.append(
             DecodeGroup(
-                index=torch.tensor(rows, device=device),
+                rows=slice(first, last) if in_order else torch.tensor(rows, device=device),
                 block_ids=torch.tensor(ids, dtype=torch.long, device=device),
-                mask=(positions[None, :] < lens[:, None])[:, None, None, :],
+                mask=mask,
             )
         )
     return plan
@@ -132,11 +181,13 @@ def planned_decode_attention(
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     grouped = q.view(batch, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    if len(plan) == 1:  # a single group is in batch order
-        return _attend_group(grouped, k_cache, v_cache, plan[0], scale).reshape(q.shape)
+    if all(isinstance(g.rows, slice) for g in plan):  # sorted batch: groups are consecutive
+        parts = [_attend_group(grouped[g.rows], k_cache, v_cache, g, scale) for g in plan]
+        out = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return out.reshape(q.shape)
     out = torch.empty_like(grouped)
     for group in plan:
-        out[group.index] = _attend_group(grouped[group.index], k_cache, v_cache, group, scale)
+        out[group.rows] = _attend_group(grouped[group.rows], k_cache, v_cache, group, scale)
     return out.reshape(q.shape)
 
 

@@ -26,14 +26,16 @@ def rms_norm(
     input_dtype = x.dtype
     h = x.to(torch.float32)
     variance = h.pow(2).mean(-1, keepdim=True)
-    h = h * torch.rsqrt(variance + eps)
+    h = h * torch.rsqrt(variance.add_(eps))  # a new tensor: never x itself
+    if input_dtype == torch.float32:
+        return h.mul_(weight), x  # float products commute: the same bits as weight * h
     return weight * h.to(input_dtype), x
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """SwiGLU on a fused [gate | up] projection: silu(gate) * up."""
     half = x.shape[-1] // 2
-    return F.silu(x[..., :half]) * x[..., half:]
+    return F.silu(x[..., :half]).mul_(x[..., half:])
 
 
 def _inv_freq(

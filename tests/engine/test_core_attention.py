@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
 from hydrant.engine.attention import (
-    DECODE_GROUP,
+    MAX_DECODE_GROUP,
+    PAD_SLACK,
+    cut_groups,
     paged_decode_attention,
     paged_prefill_attention,
     write_kv,
@@ -47,10 +51,13 @@ def _setup(lens: list[int], seed: int) -> tuple[torch.Tensor, ...]:
     return k_cache, v_cache, tables, keys, values  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("batch", [3, DECODE_GROUP, 2 * DECODE_GROUP + 5])
-def test_decode_matches_naive_in_any_batch_order(batch: int) -> None:
+@pytest.mark.parametrize("batch", [3, 16, MAX_DECODE_GROUP + 5, 2 * MAX_DECODE_GROUP + 3])
+@pytest.mark.parametrize("presorted", [False, True])
+def test_decode_matches_naive_in_any_batch_order(batch: int, presorted: bool) -> None:
     gen = torch.Generator().manual_seed(batch)
     lens = torch.randint(1, 40, (batch,), generator=gen).tolist()
+    if presorted:  # the model runner's order: groups become slices of the batch
+        lens.sort()
     k_cache, v_cache, tables, keys, values = _setup(lens, seed=batch)
     q = torch.randn(batch, H, D, generator=gen)
     out = paged_decode_attention(
@@ -59,6 +66,23 @@ def test_decode_matches_naive_in_any_batch_order(batch: int) -> None:
     for i, n in enumerate(lens):
         expected = _naive(q[i : i + 1], keys[i], values[i], n - 1)
         assert torch.allclose(out[i : i + 1], expected, atol=1e-5), f"sequence {i}"
+
+
+def test_decode_groups_bound_padding_and_size() -> None:
+    gen = torch.Generator().manual_seed(3)
+    lens = sorted(torch.randint(1, 2000, (300,), generator=gen).tolist())
+    groups = cut_groups(lens, BS)
+    assert groups[0][0] == 0 and groups[-1][1] == len(lens)
+    for (_, end), (start, _) in itertools.pairwise(groups):
+        assert end == start  # consecutive, nothing dropped or repeated
+    for start, end in groups:
+        rows = end - start
+        assert rows <= MAX_DECODE_GROUP
+        padded = rows * -(-lens[end - 1] // BS) * BS
+        alone = sum(-(-n // BS) * BS for n in lens[start:end])
+        assert rows == 1 or padded <= PAD_SLACK * alone
+    assert cut_groups([], BS) == []
+    assert cut_groups([5] * 200, BS) == [(0, 64), (64, 128), (128, 192), (192, 200)]
 
 
 def test_prefill_with_earlier_context_matches_naive() -> None:
