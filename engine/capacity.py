@@ -52,10 +52,13 @@ GIB = 1024**3
 FLOAT_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 WEIGHT_DTYPES = (*FLOAT_DTYPE_BYTES, "int8", "int4")
 KV_DTYPE_BYTES = {**FLOAT_DTYPE_BYTES, "int8": 1}
-# Quantized tensors carry float16 scales: one per output row (int8 weights),
-# one per group of `int4_group_size` weights (int4), and one per token per KV
-# head for each of K and V (int8 KV cache).
+# Quantized weights carry float16 scales: one per output row (int8 weights),
+# one per group of `int4_group_size` weights (int4).
 SCALE_BYTES = 2
+# The int8 KV cache carries one float32 scale per token per KV head for each of
+# K and V: the kernels' layout (hydrant.kernels.ops.write_kv), which the engine
+# allocates, so its block budget and this calculator agree byte for byte.
+KV_SCALE_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def kv_bytes_per_token(shape: ModelShape, kv_dtype: str) -> int:
         )
     per_head = shape.head_dim * KV_DTYPE_BYTES[kv_dtype]
     if kv_dtype == "int8":
-        per_head += SCALE_BYTES
+        per_head += KV_SCALE_BYTES
     return 2 * shape.num_layers * shape.num_kv_heads * per_head
 
 

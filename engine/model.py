@@ -12,6 +12,12 @@ Parameters are named like transformers' modules (`model.layers.0.mlp...`),
 fused ones excepted, so the loader's name mapping stays a short table. The
 elementwise and attention ops come from a `KernelOps` value (engine/ops.py):
 the engine's torch versions on CPU, the Triton kernels on CUDA.
+
+An int8 KV cache (`EngineConfig.kv_cache_dtype="int8"`: a layer's cache then
+also holds per-token, per-head K/V scales) always goes through
+`hydrant.kernels.ops`, the one implementation that quantizes on write and
+dequantizes inside attention: the PyTorch references on CPU, Triton on CUDA.
+The float path is left exactly as it was.
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ from torch import nn
 
 from hydrant.engine.attention import AttentionMetadata, planned_decode_attention
 from hydrant.engine.config import ModelConfig
+from hydrant.engine.kv_cache import KVCache
 from hydrant.engine.layers import build_rope_cache
 from hydrant.engine.ops import TORCH_OPS, KernelOps
-
-KVCache = tuple[torch.Tensor, torch.Tensor]
+from hydrant.kernels import ops as kernel_ops
 
 
 class RMSNorm(nn.Module):
@@ -71,6 +77,9 @@ class Attention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = self.ops.rotary_embedding(positions, q, k, cos_sin_cache)
+        if len(kv_cache) == 4:
+            out = self._int8_attention(q, k, v, kv_cache, meta)
+            return self.o_proj(out.reshape(num_tokens, self.q_size))
         k_cache, v_cache = kv_cache
         self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         n_dec = meta.num_decode_tokens
@@ -105,6 +114,49 @@ class Attention(nn.Module):
             )
         out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
+
+    def _int8_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: KVCache,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Quantize the step's K/V into the cache, then attend over the dequantized cache."""
+        k_cache, v_cache, k_scale, v_scale = kv_cache
+        kernel_ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping, k_scale, v_scale)
+        n_dec = meta.num_decode_tokens
+        parts = []
+        if n_dec > 0:
+            parts.append(
+                kernel_ops.paged_decode_attention(
+                    q[:n_dec],
+                    k_cache,
+                    v_cache,
+                    meta.decode_block_tables,
+                    meta.decode_context_lens,
+                    self.scale,
+                    k_scale=k_scale,
+                    v_scale=v_scale,
+                )
+            )
+        if n_dec < q.shape[0]:
+            parts.append(
+                kernel_ops.paged_prefill_attention(
+                    q[n_dec:],
+                    k_cache,
+                    v_cache,
+                    meta.prefill_block_tables,
+                    meta.prefill_cu_seqlens_q,
+                    meta.prefill_context_lens,
+                    self.scale,
+                    meta.prefill_max_q_len,
+                    k_scale=k_scale,
+                    v_scale=v_scale,
+                )
+            )
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
 
 
 class MLP(nn.Module):

@@ -15,15 +15,17 @@ from pathlib import Path
 
 import torch
 
-from hydrant.engine.attention import AttentionMetadata, plan_decode
+from hydrant.engine.attention import AttentionMetadata, free_pad_tokens, plan_decode
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig
-from hydrant.engine.host_memory import zero_mapped_tensor
 from hydrant.engine.kv_cache import (
     KVCaches,
     allocate_kv_caches,
+    bytes_per_block,
+    cache_bytes,
     check_capacity,
     copy_blocks,
+    kv_storage_dtype,
     num_blocks_from_budget,
 )
 from hydrant.engine.load_report import timed_phase
@@ -61,6 +63,10 @@ class ModelRunner:
         self.dtype = dtype
         self.device = torch.device(config.device)
         self.block_size = config.block_size
+        self._free_pad = free_pad_tokens(
+            model_config.num_key_value_heads, model_config.head_dim, dtype
+        )
+        self.kv_dtype = kv_storage_dtype(config, dtype)
         peak = None
         if self.device.type == "cuda":
             with timed_phase("profile"):
@@ -71,28 +77,38 @@ class ModelRunner:
         self.sleeping = False
         with timed_phase("kv_allocate"):
             self._allocate_kv()
-        logger.info("KV cache: %d blocks of %d tokens", self.num_blocks, self.block_size)
+        self._log_kv()
+
+    def _log_kv(self) -> None:
+        """The cache's bytes, and what the same blocks would take in the compute dtype."""
+        float_bytes = self.num_blocks * bytes_per_block(
+            self.model_config, self.block_size, self.dtype
+        )
+        logger.info(
+            "KV cache: %d blocks of %d tokens, %s, %d bytes (%d in %s)",
+            self.num_blocks,
+            self.block_size,
+            "int8 + float32 scales" if self.kv_int8 else str(self.dtype).removeprefix("torch."),
+            self.kv_cache_bytes,
+            float_bytes,
+            str(self.dtype).removeprefix("torch."),
+        )
+
+    @property
+    def kv_int8(self) -> bool:
+        """True when the cache stores int8 codes with per-token, per-head scales."""
+        return self.kv_dtype == torch.int8
 
     def _allocate_kv(self) -> None:
         """The cache tensors; on CPU lazily zeroed by the kernel (see host_memory.py)."""
-        if self.device.type != "cpu":
-            self.kv_caches = allocate_kv_caches(
-                self.model_config, self.num_blocks, self.block_size, self.dtype, self.config.device
-            )
-            return
-        cfg = self.model_config
-        shape = (self.num_blocks, self.block_size, cfg.num_key_value_heads, cfg.head_dim)
-        self.kv_caches = [
-            (zero_mapped_tensor(shape, self.dtype), zero_mapped_tensor(shape, self.dtype))
-            for _ in range(cfg.num_hidden_layers)
-        ]
+        self.kv_caches = allocate_kv_caches(
+            self.model_config, self.num_blocks, self.block_size, self.kv_dtype, self.config.device
+        )
 
     @property
     def kv_cache_bytes(self) -> int:
-        """Bytes the KV cache tensors hold now (0 while asleep)."""
-        return sum(
-            k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv_caches
-        )
+        """Bytes the KV cache tensors hold now, scales included (0 while asleep)."""
+        return cache_bytes(self.kv_caches)
 
     def sleep(self) -> None:
         """Free the KV cache and (on CUDA) move the weights to a pinned host copy."""
@@ -130,7 +146,8 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> ModelOutput:
         copy_blocks(self.kv_caches, out.block_copies)
-        items = sorted(out.scheduled, key=lambda s: s.num_new_tokens != 1)
+        # decodes first, shortest context first: the decode plan's groups are then slices
+        items = sorted(out.scheduled, key=_batch_order)
         input_ids, positions, meta, sample_idx, sample_seqs = self._prepare(items)
         hidden = self.model(input_ids, positions, self.kv_caches, meta)
         if not sample_seqs:
@@ -189,8 +206,8 @@ class ModelRunner:
             prefill_context_lens=self._tensor(pre_ctx, torch.int32),
             prefill_max_q_len=max_q,
             decode_plan=(
-                plan_decode(dec_tables, dec_ctx, bs, self.device)
-                if dec_ctx and self.model.ops is TORCH_OPS
+                plan_decode(dec_tables, dec_ctx, bs, self.device, self._free_pad)
+                if dec_ctx and self.model.ops is TORCH_OPS and not self.kv_int8
                 else None
             ),
         )
@@ -223,7 +240,7 @@ class ModelRunner:
             self.model_config,
             num_seqs * blocks_per_seq,
             self.block_size,
-            self.dtype,
+            self.kv_dtype,
             self.config.device,
         )
         torch.cuda.empty_cache()
@@ -256,7 +273,13 @@ class ModelRunner:
             logits.softmax(dim=-1).sort(dim=-1)
         torch.cuda.synchronize(self.device)
         peak = int(torch.cuda.max_memory_allocated(self.device))
-        cache_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in caches)
+        held = cache_bytes(caches)
         del caches, hidden, logits
         torch.cuda.empty_cache()
-        return peak - cache_bytes
+        return peak - held
+
+
+def _batch_order(item: ScheduledSeq) -> tuple[bool, int]:
+    """Decodes (one new token) before prefill chunks; decodes by ascending context length."""
+    is_prefill = item.num_new_tokens != 1
+    return is_prefill, 0 if is_prefill else item.start

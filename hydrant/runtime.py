@@ -49,6 +49,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             max_num_seqs=settings.max_num_seqs,
             long_lane_tokens=settings.long_lane_tokens,
             quantization=settings.quantization,  # type: ignore[arg-type]  # validated there
+            kv_cache_dtype=settings.kv_cache_dtype,
         )
         engine = LLMEngine.from_pretrained(
             spec.path, config, metrics=EngineMetrics(metrics_registry, model=spec.name)

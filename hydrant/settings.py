@@ -68,6 +68,7 @@ class Settings:
     max_num_seqs: int = 256
     long_lane_tokens: int = 2048  # per engine step, for prompts of 512+ tokens
     quantization: str | None = None
+    kv_cache_dtype: Literal["auto", "int8"] = "auto"
     max_request_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
     body_read_timeout_s: float = 30.0

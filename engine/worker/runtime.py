@@ -40,6 +40,7 @@ class WorkerOptions:
     max_num_seqs: int = 256
     long_lane_tokens: int = 2048
     quantization: str | None = None
+    kv_cache_dtype: str = "auto"
     host: str = "127.0.0.1"
     port: int = 0
     advertise_host: str | None = None
@@ -118,6 +119,7 @@ class WorkerRuntime:
             max_num_seqs=self.options.max_num_seqs,
             long_lane_tokens=self.options.long_lane_tokens,
             quantization=quantization,  # type: ignore[arg-type]  # validated by EngineConfig
+            kv_cache_dtype=self.options.kv_cache_dtype,  # type: ignore[arg-type]  # validated there
             show_progress=False,
         )
         metrics = EngineMetrics(self.metrics_registry, model=self.options.model)

@@ -27,6 +27,12 @@ from hydrant.cli.context import CliContext, pass_context
     envvar="HYDRANT_WORKER_QUANTIZATION",
     help="Quantize float weights on load.",
 )
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(["auto", "int8"]),
+    help="KV cache storage: the compute dtype, or int8 with per-token scales "
+    "(HYDRANT_KV_CACHE_DTYPE).",
+)
 @pass_context
 def worker(
     cli: CliContext,
@@ -36,6 +42,7 @@ def worker(
     host: str,
     port: int,
     quantization: str | None,
+    kv_cache_dtype: str | None,
 ) -> None:
     """Run one engine worker: one model on one device, registered in Redis.
 
@@ -69,6 +76,7 @@ def worker(
         max_num_seqs=settings.max_num_seqs,
         long_lane_tokens=settings.long_lane_tokens,
         quantization=quantization or settings.quantization,
+        kv_cache_dtype=kv_cache_dtype or settings.kv_cache_dtype,
         host=host,
         port=port,
         advertise_host=settings.worker_advertise_host,

@@ -56,7 +56,7 @@ def test_named_shapes_have_their_published_sizes() -> None:
     # KV per token: 2 (K and V) x layers x KV heads x head_dim x 2 bytes
     assert kv_bytes_per_token(NAMED_SHAPES["llama-3-8b"], "float16") == 2 * 32 * 8 * 128 * 2
     assert kv_bytes_per_token(NAMED_SHAPES["llama-2-7b"], "float16") == 2 * 32 * 32 * 128 * 2
-    assert kv_bytes_per_token(NAMED_SHAPES["llama-3-8b"], "int8") == 2 * 32 * 8 * (128 + 2)
+    assert kv_bytes_per_token(NAMED_SHAPES["llama-3-8b"], "int8") == 2 * 32 * 8 * (128 + 4)
 
 
 def test_field_example_256_sequences_do_not_fit_an_80gb_gpu_at_long_outputs() -> None:
