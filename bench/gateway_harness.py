@@ -1,7 +1,8 @@
 """The gateway process of `bench/gateway.py`: the real app, with clocks around the engine.
 
 It builds the gateway exactly as `hydrant serve` does (auth, quotas, ledger,
-in-process engine) and serves it with uvicorn, adding two clocks that change
+in-process engine), serves it with uvicorn as `hydrant serve` does (same
+protocol class and limits: `server_options`), and adds two clocks that change
 nothing on the request path: one around the engine client (the time the
 gateway waits on the engine for each request, by request id) and one around
 the ASGI app (from the app being called to the last body byte handed to the
@@ -215,7 +216,8 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
 
     from hydrant.platform.app import create_app
     from hydrant.platform.db.session import Database
-    from hydrant.platform.gateway import Gateway
+    from hydrant.platform.gateway import Gateway, share_gil_with_engines
+    from hydrant.platform.http.server_protocol import server_options
     from hydrant.runtime import load_embedded_engines
     from hydrant.settings import ModelSpec, Settings
 
@@ -232,6 +234,7 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
         ledger_commit=config.get("ledger_commit", "database"),
     )
     engines = load_embedded_engines(settings)
+    share_gil_with_engines()  # as `hydrant serve` does with in-process engines
     model = engines.registry.get("demo")
     raw_client = model.client
     engine_times: dict[str, float] = {}
@@ -249,9 +252,8 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
             ServerClock(app, server_times),
             host="127.0.0.1",
             port=config["port"],
-            log_config=None,
-            access_log=False,
             lifespan="on",
+            **server_options(settings),  # the server `hydrant serve` runs
         )
     )
     serving = asyncio.create_task(server.serve())
@@ -268,9 +270,13 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
     while True:
         command, argument = await loop.run_in_executor(None, conn.recv)
         if command == "baseline":
+            if profile is not None:  # the profile is the gateway's: not the baseline's engine
+                profile.disable()
             cpu.lap()
             latencies, wall = await baseline(raw_client, prompt, *argument)
             conn.send(("baseline", (latencies, wall, cpu.lap())))
+            if profile is not None:
+                profile.enable()
         elif command == "times":
             times = (dict(engine_times), dict(server_times), dict(phases), cpu.lap())
             conn.send(("times", times))
@@ -283,7 +289,10 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
             conn.send(("ok", None))
         elif command == "profile_stop" and profile is not None:
             profile.disable()
+            if config.get("profile_out"):  # for pstats / snakeviz: callers, callees
+                profile.dump_stats(config["profile_out"])
             conn.send(("profile", _profile_text(profile)))
+            profile = None
         else:
             break
     server.should_exit = True

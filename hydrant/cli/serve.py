@@ -40,6 +40,12 @@ def prepare_embedded(settings: Settings) -> None:
     type=click.Choice(["int8", "int4"]),
     help="Quantize float weights on load (HYDRANT_QUANTIZATION).",
 )
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(["auto", "int8"]),
+    help="KV cache storage: the compute dtype, or int8 with per-token scales "
+    "(HYDRANT_KV_CACHE_DTYPE).",
+)
 @pass_context
 def serve(
     cli: CliContext,
@@ -47,6 +53,7 @@ def serve(
     port: int | None,
     model_specs: tuple[str, ...],
     quantization: str | None,
+    kv_cache_dtype: str | None,
 ) -> None:
     """Run the API gateway: /v1 (OpenAI-compatible), /admin, /ui, /metrics, /healthz, /readyz."""
     import uvicorn
@@ -54,12 +61,18 @@ def serve(
     from hydrant.platform.app import create_app
     from hydrant.platform.db import migrate
     from hydrant.platform.db.session import Database
-    from hydrant.platform.gateway import Gateway
-    from hydrant.platform.http.server_protocol import header_deadline_protocol
+    from hydrant.platform.gateway import Gateway, share_gil_with_engines
+    from hydrant.platform.http.server_protocol import server_options
     from hydrant.runtime import load_embedded_engines
 
     models = tuple(ModelSpec.parse(spec) for spec in model_specs) or None
-    settings = cli.settings(host=host, port=port, models=models, quantization=quantization)
+    settings = cli.settings(
+        host=host,
+        port=port,
+        models=models,
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+    )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     prepare_embedded(settings)
     if settings.auto_migrate:
@@ -77,6 +90,7 @@ def serve(
         engines = EmbeddedEngines(registry=registry)
     else:
         engines = load_embedded_engines(settings)
+        share_gil_with_engines()  # the engines' step threads share this interpreter
     database = Database(settings.effective_database_url)
     gateway = Gateway.build(settings, database, engines.registry)
     if settings.redis_url is None and settings.embedded_jobs:
@@ -95,16 +109,4 @@ def serve(
 
         attach_pools(app, pools)
     log.info("listening", extra={"host": settings.host, "port": settings.port})
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        # Slow clients: idle keep-alive connections close; headers are bounded while they
-        # arrive (a trickled body is bounded by the app: hydrant.platform.http.hardening).
-        timeout_keep_alive=settings.keep_alive_timeout_s,
-        h11_max_incomplete_event_size=settings.max_header_bytes,
-        http=header_deadline_protocol(settings.header_read_timeout_s),  # slowloris
-        server_header=False,
-    )
+    uvicorn.run(app, host=settings.host, port=settings.port, **server_options(settings))

@@ -6,7 +6,7 @@ opens one session (unit of work), committed on success, rolled back on error.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,12 @@ class Database:
         self.url = url
         self.engine = make_engine(url, **engine_kwargs)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._on_dispose: list[Callable[[], Awaitable[None]]] = []
+
+    def on_dispose(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Run `close` first when the pool is disposed: for a connection a service keeps
+        checked out (the ledger's, see ledger/pinned.py), so it is returned, not leaked."""
+        self._on_dispose.append(close)
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
@@ -70,4 +76,7 @@ class Database:
             await connection.execute(text("SELECT 1"))
 
     async def dispose(self) -> None:
+        closers, self._on_dispose = self._on_dispose, []
+        for close in closers:
+            await close()
         await self.engine.dispose()

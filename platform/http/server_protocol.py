@@ -18,6 +18,25 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from hydrant.settings import Settings
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for the gateway (`uvicorn.run(app, host=…, port=…, **options)`).
+
+    One place, so `hydrant serve` and the overhead benchmark run the same server.
+    """
+    return {
+        "log_config": None,
+        "access_log": False,
+        # Slow clients: idle keep-alive connections close; headers are bounded while they
+        # arrive (a trickled body is bounded by the app: hydrant.platform.http.hardening).
+        "timeout_keep_alive": settings.keep_alive_timeout_s,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "http": header_deadline_protocol(settings.header_read_timeout_s),  # slowloris
+        "server_header": False,
+    }
+
 
 def header_deadline_protocol(timeout_s: float) -> type[H11Protocol]:
     """An `H11Protocol` subclass closing connections whose request head is late."""

@@ -7,7 +7,7 @@ same spool all leave exactly one row per request.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -55,6 +55,54 @@ async def insert_if_absent(session: AsyncSession, rows: Iterable[Mapping[str, An
     connection = await session.connection()
     result = await connection.execute(_insert_statement(dialect), values)
     return len(result.all())
+
+
+# The PostgreSQL live path (see pinned.py): the same insert-if-absent as one statement whose
+# rows arrive as one array per column. Why arrays: a batch of any size is one prepared
+# statement (asyncpg caches it on the connection) and one round trip; autocommitted, it
+# is its own transaction, so PostgreSQL's reply comes after the commit is durable.
+PG_COLUMNS = (
+    "request_id",
+    "tenant_id",
+    "api_key_id",
+    "model_id",
+    "price_id",
+    "status",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "charged",
+    "device_seconds",
+    "device_cost",
+    "started_at",
+    "finished_at",
+    "recorded_at",
+)
+PG_INSERT = """
+INSERT INTO ledger_entries (
+    request_id, tenant_id, api_key_id, model_id, price_id, status,
+    input_tokens, cached_tokens, output_tokens, charged, device_seconds, device_cost,
+    started_at, finished_at, recorded_at
+)
+SELECT * FROM unnest(
+    $1::varchar[], $2::varchar[], $3::varchar[], $4::varchar[], $5::varchar[], $6::varchar[],
+    $7::int4[], $8::int4[], $9::int4[], $10::numeric[], $11::numeric[], $12::numeric[],
+    $13::timestamptz[], $14::timestamptz[], $15::timestamptz[]
+)
+ON CONFLICT (request_id) DO NOTHING
+RETURNING request_id
+"""
+
+
+async def insert_if_absent_pg(
+    driver: Any, rows: Sequence[Mapping[str, Any]], recorded_at: datetime
+) -> int:
+    """`insert_if_absent` on a raw asyncpg connection outside any transaction (autocommit)."""
+    if not rows:
+        return 0
+    columns = [[row[name] for row in rows] for name in PG_COLUMNS[:-1]]
+    columns.append([recorded_at] * len(rows))
+    return len(await driver.fetch(PG_INSERT, *columns))
 
 
 async def model_id_for(session: AsyncSession, name: str) -> str | None:

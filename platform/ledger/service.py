@@ -29,6 +29,7 @@ from hydrant.platform.errors import ServiceUnavailable
 from hydrant.platform.inference.accounting import Outcome, RequestContext
 from hydrant.platform.ledger import repository
 from hydrant.platform.ledger.group_commit import GroupCommit
+from hydrant.platform.ledger.pinned import PinnedWriter
 from hydrant.platform.ledger.repository import PriceVersion
 from hydrant.platform.ledger.spool import LedgerSpool, SpoolFullError
 
@@ -109,6 +110,7 @@ class DatabaseLedger:
         self._replay_lock = asyncio.Lock()  # the mover and the outage replay take turns
         self._model_ids: dict[str, str] = {}
         self._price_versions: dict[str, tuple[float, list[PriceVersion]]] = {}
+        self._pinned = PinnedWriter(database) if PinnedWriter.supports(database) else None
 
     async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
         if self.commit == "journal":
@@ -232,6 +234,11 @@ class DatabaseLedger:
                     await asyncio.to_thread(self._reject, raw, exc)
 
     async def _insert(self, raws: list[dict[str, Any]]) -> None:
+        pinned = self._pinned
+        if pinned is not None and pinned.available:  # PostgreSQL: one round trip, no session
+            entries = [await self.price_entry(None, raw) for raw in raws]
+            await pinned.insert(entries)
+            return
         async with self.database.session() as session:
             entries = [await self.price_entry(session, raw) for raw in raws]
             await repository.insert_if_absent(session, entries)
@@ -297,11 +304,17 @@ class DatabaseLedger:
         A version is never edited and new ones cannot be backdated (prices service),
         so the copy prices like a query, without a round trip; the one difference is
         that a version made to start at once applies here up to `PRICE_CACHE_S` late.
+        `session` None (the pinned path): a refresh reads in a session of its own.
         """
         now = time.monotonic()
         cached = self._price_versions.get(model_id)
         if cached is None or now - cached[0] > PRICE_CACHE_S:
-            cached = (now, await repository.price_versions(session, model_id))
+            if session is None:
+                async with self.database.session() as own:
+                    versions = await repository.price_versions(own, model_id)
+            else:
+                versions = await repository.price_versions(session, model_id)
+            cached = (now, versions)
             self._price_versions[model_id] = cached
         versions = cached[1]
         in_force = [v for v in versions if v.effective_from <= moment]
