@@ -30,6 +30,17 @@ setup(
     packages=packages,
     package_dir=package_dir,
     package_data={
-        "": ["*.txt", "*.html", "*.css", "*.js", "*.svg", "*.mako", "*.ini", "*.json", "py.typed"],
+        "": [
+            "*.c",
+            "*.txt",
+            "*.html",
+            "*.css",
+            "*.js",
+            "*.svg",
+            "*.mako",
+            "*.ini",
+            "*.json",
+            "py.typed",
+        ],
     },
 )

@@ -22,6 +22,7 @@ script has no bugs before spending GPU time; its numbers mean nothing.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -359,7 +360,11 @@ def _sync(device: torch.device) -> None:
 
 
 def run_e2e(device: torch.device, smoke: bool) -> dict[str, Any]:
-    """Decode tokens/s of the Hydrant engine and of transformers `generate`, batch 1 and 64."""
+    """Decode tokens/s of transformers `generate` and of the Hydrant engine, batch 1 and 64.
+
+    The engine runs with its decode CUDA graphs (the default) and then, if the
+    deadline allows, with `enforce_eager`; `vs_eager` is what the graphs gain.
+    """
     try:
         from hydrant.engine.engine_config import EngineConfig
         from hydrant.engine.llm_engine import LLMEngine
@@ -404,42 +409,78 @@ def run_e2e(device: torch.device, smoke: bool) -> dict[str, Any]:
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        try:
-            engine = LLMEngine.from_pretrained(
-                Path(tmp),
-                EngineConfig(
-                    device=str(device),
-                    dtype=str(dtype).split(".")[-1],
-                    show_progress=False,
-                    max_num_seqs=max(batches),
-                ),
-            )
-            params = SamplingParams(
-                max_tokens=new_tokens, min_tokens=new_tokens, temperature=0.0, ignore_eos=True
-            )
-            for b in (1, *batches):  # the first batch-1 pass is warm-up
-                for i in range(b):
-                    engine.add_request(
-                        f"r{b}-{i}-{len(out['rows'])}", prompts[b][i].tolist(), params
-                    )
-                _sync(device)
-                started = time.perf_counter()
-                while engine.has_unfinished():
-                    engine.step()
-                _sync(device)
-                tps = b * new_tokens / (time.perf_counter() - started)
-                out["rows"].append({"batch": b, "system": "hydrant", "tokens_per_s": tps})
-                log(f"hydrant engine batch {b}: {tps:.1f} tokens/s")
-            out["rows"].pop(len(batches))  # drop the warm-up row
-        except Exception as exc:  # the engine is young: report, never crash the kernel bench
-            log(f"e2e engine part skipped: {type(exc).__name__}: {exc}")
-            out["engine_error"] = f"{type(exc).__name__}: {exc}"
+        params = SamplingParams(
+            max_tokens=new_tokens, min_tokens=new_tokens, temperature=0.0, ignore_eos=True
+        )
+        graphs_seconds = 0.0
+        out["graph_replays"], out["engine_error"] = {}, {}
+        engine: Any = None
+        for system, eager in (("hydrant", False), ("hydrant eager", True)):
+            if eager and time.perf_counter() - START + graphs_seconds > DEADLINE_S:
+                log("deadline near: the enforce_eager engine run is skipped")
+                break
+            started_system = time.perf_counter()
+            try:
+                engine = LLMEngine.from_pretrained(
+                    Path(tmp),
+                    EngineConfig(
+                        device=str(device),
+                        dtype=str(dtype).split(".")[-1],
+                        show_progress=False,
+                        max_num_seqs=max(batches),
+                        enforce_eager=eager,
+                    ),
+                )
+                out["rows"].extend(_engine_decode(engine, system, prompts, params, batches))
+                replays = getattr(getattr(engine.runner, "decode_graphs", None), "replays", 0)
+                out["graph_replays"][system] = replays
+                log(f"{system}: {replays} decode steps replayed a CUDA graph")
+            except Exception as exc:  # the engine is young: report, never crash the kernel bench
+                log(f"e2e {system} part skipped: {type(exc).__name__}: {exc}")
+                out["engine_error"][system] = f"{type(exc).__name__}: {exc}"
+            engine = None
+            gc.collect()  # the engine holds most of the GPU (its KV cache): free it for the next
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            if not eager:
+                graphs_seconds = time.perf_counter() - started_system
+    by_system = {(r["system"], r["batch"]): r["tokens_per_s"] for r in out["rows"]}
+    for row in out["rows"]:
+        eager_tps = by_system.get(("hydrant eager", row["batch"]))
+        if row["system"] == "hydrant" and eager_tps:
+            row["vs_eager"] = row["tokens_per_s"] / eager_tps
+            log(f"batch {row['batch']}: CUDA graphs decode {row['vs_eager']:.2f}x eager")
     print_table(
         "end-to-end decode (prompt + new tokens, new tokens / wall time)",
         out["rows"],
-        ["system", "batch", "tokens_per_s"],
+        ["system", "batch", "tokens_per_s", "vs_eager"],
     )
     return out
+
+
+def _engine_decode(
+    engine: Any,
+    system: str,
+    prompts: dict[int, torch.Tensor],
+    params: Any,
+    batches: tuple[int, ...],
+) -> list[dict[str, Any]]:
+    """Tokens/s of one engine at each batch size; a first batch-1 pass warms it up."""
+    device = engine.runner.device
+    rows = []
+    for n, b in enumerate((1, *batches)):
+        for i in range(b):
+            engine.add_request(f"{system}-{n}-{i}", prompts[b][i].tolist(), params)
+        _sync(device)
+        started = time.perf_counter()
+        while engine.has_unfinished():
+            engine.step()
+        _sync(device)
+        tps = b * params.max_tokens / (time.perf_counter() - started)
+        if n > 0:
+            rows.append({"batch": b, "system": system, "tokens_per_s": tps})
+            log(f"{system} engine batch {b}: {tps:.1f} tokens/s")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

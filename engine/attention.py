@@ -238,9 +238,10 @@ def paged_prefill_attention(
             continue
         num_blocks = -(-ctx // block_size)
         table = block_tables[b : b + 1, :num_blocks]
-        keys = _gather(k_cache, table)[0, :ctx].transpose(0, 1).to(q.dtype)  # [Hkv, ctx, D]
-        values = _gather(v_cache, table)[0, :ctx].transpose(0, 1).to(q.dtype)
-        query = q[q_start:q_end].transpose(0, 1)  # [H, q_len, D]
+        # 4-D [1, heads, len, D]: with 3-D inputs the CPU SDPA takes its unfused math path
+        keys = _gather(k_cache, table)[:, :ctx].transpose(1, 2).to(q.dtype)  # [1, Hkv, ctx, D]
+        values = _gather(v_cache, table)[:, :ctx].transpose(1, 2).to(q.dtype)
+        query = q[q_start:q_end].transpose(0, 1)[None]  # [1, H, q_len, D]
         if q_len == ctx:
             attn = F.scaled_dot_product_attention(
                 query, keys, values, is_causal=True, scale=scale, enable_gqa=gqa
@@ -252,5 +253,5 @@ def paged_prefill_attention(
             attn = F.scaled_dot_product_attention(
                 query, keys, values, attn_mask=cols <= rows, scale=scale, enable_gqa=gqa
             )
-        out[q_start:q_end] = attn.transpose(0, 1)
+        out[q_start:q_end] = attn[0].transpose(0, 1)
     return out

@@ -40,7 +40,9 @@ class EngineConfig:
     a profiling forward pass and scaled by `gpu_memory_utilization`.
     `num_gpu_blocks` overrides both (tests use it to force preemption).
     `kernels` picks the op implementations (engine/ops.py): "auto" runs the
-    Triton kernels on CUDA and the engine's torch versions on CPU.
+    Triton kernels on CUDA and the engine's torch versions on CPU, with decode
+    attention from the native C kernel in float32 ("native" insists on it,
+    "torch" is pure PyTorch).
     `dtype="auto"` means the checkpoint's dtype on CUDA and float32 on CPU,
     where half-precision matmuls are slow or missing.
     `quantization` quantizes the float weights after loading (weight-only,
@@ -50,6 +52,8 @@ class EngineConfig:
     per KV head (about half the bytes of float16, a quarter of float32), so
     the same budget holds about twice (four times) the blocks; "auto" stores
     them in the compute dtype.
+    `enforce_eager` turns the decode steps' CUDA graphs off (engine/cuda_graphs.py):
+    every step then launches its kernels one by one, as on the CPU.
     """
 
     block_size: int = 16
@@ -70,6 +74,7 @@ class EngineConfig:
     kernels: str = "auto"
     quantization: Literal["int8", "int4"] | None = None
     kv_cache_dtype: Literal["auto", "int8"] = "auto"
+    enforce_eager: bool = False
 
     def __post_init__(self) -> None:
         positive = {
@@ -96,9 +101,9 @@ class EngineConfig:
             )
         if self.max_model_len is not None and self.max_model_len < 1:
             raise EngineConfigError(f"max_model_len must be >= 1, got {self.max_model_len}")
-        if self.kernels not in ("auto", "torch", "hydrant"):
+        if self.kernels not in ("auto", "torch", "native", "hydrant"):
             raise EngineConfigError(
-                f"kernels must be 'auto', 'torch' or 'hydrant', got {self.kernels!r}"
+                f"kernels must be 'auto', 'torch', 'native' or 'hydrant', got {self.kernels!r}"
             )
         if self.quantization not in (None, "int8", "int4"):
             raise EngineConfigError(

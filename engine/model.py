@@ -22,6 +22,8 @@ The float path is left exactly as it was.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -220,6 +222,8 @@ class LlamaForCausalLM(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.cos_sin_cache: torch.Tensor | None = None
+        # the LM head's matmul; engine/cpu_linear.py swaps in oneDNN on the CPU
+        self.head_linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear
 
     def init_rope(self, max_position: int) -> None:
         """Build the RoPE table on the weights' device (buffers are not in checkpoints)."""
@@ -251,6 +255,9 @@ class LlamaForCausalLM(nn.Module):
         hidden, _ = self.model.norm(hidden, residual)
         return hidden
 
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's weight: its own, or the input embedding's when tied (Qwen2)."""
+        return self.lm_head.weight if self.lm_head is not None else self.model.embed_tokens.weight
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.lm_head.weight if self.lm_head is not None else self.model.embed_tokens.weight
-        return F.linear(hidden, weight).float()
+        return self.head_linear(hidden, self.head_weight()).float()

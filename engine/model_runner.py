@@ -17,6 +17,13 @@ import torch
 
 from hydrant.engine.attention import AttentionMetadata, free_pad_tokens, plan_decode
 from hydrant.engine.config import ModelConfig
+from hydrant.engine.cpu_linear import (
+    MIN_ONEDNN_WEIGHTS,
+    onednn_available,
+    onednn_linear,
+    use_onednn_linears,
+)
+from hydrant.engine.cuda_graphs import DecodeGraphs, capture_decode_graphs
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.kv_cache import (
     KVCaches,
@@ -75,9 +82,11 @@ class ModelRunner:
         check_capacity(self.num_blocks, self.block_size, max_model_len)
         self.kv_caches: KVCaches = []
         self.sleeping = False
+        self.decode_graphs: DecodeGraphs | None = None
         with timed_phase("kv_allocate"):
             self._allocate_kv()
         self._log_kv()
+        self._capture_graphs()
 
     def _log_kv(self) -> None:
         """The cache's bytes, and what the same blocks would take in the compute dtype."""
@@ -105,6 +114,12 @@ class ModelRunner:
             self.model_config, self.num_blocks, self.block_size, self.kv_dtype, self.config.device
         )
 
+    def _capture_graphs(self) -> None:
+        """Decode CUDA graphs over the cache just allocated (None on CPU or enforce_eager)."""
+        self.decode_graphs = capture_decode_graphs(
+            self.model, self.kv_caches, self.config, self.max_model_len, self.device
+        )
+
     @property
     def kv_cache_bytes(self) -> int:
         """Bytes the KV cache tensors hold now, scales included (0 while asleep)."""
@@ -114,6 +129,7 @@ class ModelRunner:
         """Free the KV cache and (on CUDA) move the weights to a pinned host copy."""
         if self.sleeping:
             return
+        self.decode_graphs = None
         self.kv_caches = []
         if self.device.type == "cuda":
             with timed_phase("weights_to_host"):
@@ -131,6 +147,7 @@ class ModelRunner:
                 restore_weights(self.model, self.device)
         with timed_phase("kv_allocate"):
             self._allocate_kv()
+        self._capture_graphs()
         self.sleeping = False
 
     @classmethod
@@ -138,8 +155,12 @@ class ModelRunner:
         cls, model_dir: Path, model_config: ModelConfig, config: EngineConfig, max_model_len: int
     ) -> ModelRunner:
         dtype = config.torch_dtype(model_config.checkpoint_dtype)
-        ops = select_ops(config.kernels, torch.device(config.device))
+        ops = select_ops(config.kernels, torch.device(config.device), dtype)
         model = load_engine_model(model_dir, model_config, config, dtype, max_model_len, ops)
+        if ops.onednn_linear:
+            use_onednn_linears(model)
+            if model.head_weight().numel() >= MIN_ONEDNN_WEIGHTS and onednn_available():
+                model.head_linear = onednn_linear
         logger.info("model ops: %s", ops.name)
         return cls(model, model_config, config, max_model_len, dtype)
 
@@ -149,6 +170,10 @@ class ModelRunner:
         # decodes first, shortest context first: the decode plan's groups are then slices
         items = sorted(out.scheduled, key=_batch_order)
         input_ids, positions, meta, sample_idx, sample_seqs = self._prepare(items)
+        if self.decode_graphs is not None:
+            logits = self.decode_graphs.run(input_ids, positions, meta, len(sample_idx))
+            if logits is not None:
+                return ModelOutput(logits, sample_seqs)
         hidden = self.model(input_ids, positions, self.kv_caches, meta)
         if not sample_seqs:
             empty = torch.empty(0, self.model_config.vocab_size, device=self.device)

@@ -4,7 +4,10 @@ The engine's own pure-torch versions (attention.py, layers.py) and the
 Triton kernels of `hydrant.kernels.ops` share one set of signatures, so the
 choice is a value passed to the model at build time, not an import: CUDA
 runs the Triton kernels, CPU the torch versions (tuned for the CPU: no
-argument re-validation per call, batched decode gathers). `kernels="hydrant"`
+argument re-validation per call, batched decode gathers), with decode
+attention from the native CPU kernel (cpu_kernels.py) when it builds and the
+model runs in float32 (`kernels="native"` requires it, `"torch"` never uses
+it). `kernels="hydrant"`
 forces `hydrant.kernels.ops` on any device; on CPU it runs the kernel
 package's references, which is how the integration is tested without a GPU.
 """
@@ -12,11 +15,12 @@ package's references, which is how the integration is tested without a GPU.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from hydrant.engine import attention, layers
+from hydrant.engine import attention, cpu_kernels, layers
+from hydrant.engine.engine_config import EngineConfigError
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class KernelOps:
     rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     rotary_embedding: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     silu_and_mul: Callable[..., torch.Tensor]
+    onednn_linear: bool = False  # float32 CPU linears through oneDNN (engine/cpu_linear.py)
 
 
 TORCH_OPS = KernelOps(
@@ -71,8 +76,30 @@ def hydrant_kernel_ops() -> KernelOps:
     )
 
 
-def select_ops(choice: str, device: torch.device) -> KernelOps:
-    """ "auto": the Triton kernels on CUDA, the engine's torch versions elsewhere."""
-    if choice == "torch" or (choice == "auto" and device.type != "cuda"):
+def native_cpu_ops() -> KernelOps:
+    """The torch ops with decode attention read in place by the C kernel, and oneDNN
+    float32 linears (the fast CPU path; "torch" stays the plain PyTorch reference)."""
+    return replace(
+        TORCH_OPS,
+        name="torch+native",
+        paged_decode_attention=cpu_kernels.paged_decode_attention,
+        onednn_linear=True,
+    )
+
+
+def select_ops(choice: str, device: torch.device, dtype: torch.dtype = torch.float32) -> KernelOps:
+    """ "auto": the Triton kernels on CUDA; on CPU the torch versions, with the native
+    decode attention when the model computes in float32 and the kernel builds."""
+    if choice == "native":
+        if device.type != "cpu" or not cpu_kernels.available():
+            raise EngineConfigError(
+                "kernels='native' needs the CPU and a C compiler (the build failure is logged)"
+            )
+        return native_cpu_ops()
+    if choice == "torch":
+        return TORCH_OPS
+    if choice == "auto" and device.type != "cuda":
+        if dtype == torch.float32 and cpu_kernels.available():
+            return native_cpu_ops()
         return TORCH_OPS
     return hydrant_kernel_ops()

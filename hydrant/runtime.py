@@ -50,6 +50,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             long_lane_tokens=settings.long_lane_tokens,
             quantization=settings.quantization,  # type: ignore[arg-type]  # validated there
             kv_cache_dtype=settings.kv_cache_dtype,
+            enforce_eager=settings.enforce_eager,
         )
         engine = LLMEngine.from_pretrained(
             spec.path, config, metrics=EngineMetrics(metrics_registry, model=spec.name)

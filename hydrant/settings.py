@@ -69,6 +69,7 @@ class Settings:
     long_lane_tokens: int = 2048  # per engine step, for prompts of 512+ tokens
     quantization: str | None = None
     kv_cache_dtype: Literal["auto", "int8"] = "auto"
+    enforce_eager: bool = False  # no CUDA graphs for decode steps
     max_request_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
     body_read_timeout_s: float = 30.0

@@ -41,6 +41,7 @@ class WorkerOptions:
     long_lane_tokens: int = 2048
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
     host: str = "127.0.0.1"
     port: int = 0
     advertise_host: str | None = None
@@ -120,6 +121,7 @@ class WorkerRuntime:
             long_lane_tokens=self.options.long_lane_tokens,
             quantization=quantization,  # type: ignore[arg-type]  # validated by EngineConfig
             kv_cache_dtype=self.options.kv_cache_dtype,  # type: ignore[arg-type]  # validated there
+            enforce_eager=self.options.enforce_eager,
             show_progress=False,
         )
         metrics = EngineMetrics(self.metrics_registry, model=self.options.model)

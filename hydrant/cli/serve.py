@@ -46,6 +46,12 @@ def prepare_embedded(settings: Settings) -> None:
     help="KV cache storage: the compute dtype, or int8 with per-token scales "
     "(HYDRANT_KV_CACHE_DTYPE).",
 )
+@click.option(
+    "--enforce-eager",
+    is_flag=True,
+    default=None,
+    help="No CUDA graphs for decode steps: launch every kernel eagerly (HYDRANT_ENFORCE_EAGER).",
+)
 @pass_context
 def serve(
     cli: CliContext,
@@ -54,6 +60,7 @@ def serve(
     model_specs: tuple[str, ...],
     quantization: str | None,
     kv_cache_dtype: str | None,
+    enforce_eager: bool | None,
 ) -> None:
     """Run the API gateway: /v1 (OpenAI-compatible), /admin, /ui, /metrics, /healthz, /readyz."""
     import uvicorn
@@ -72,6 +79,7 @@ def serve(
         models=models,
         quantization=quantization,
         kv_cache_dtype=kv_cache_dtype,
+        enforce_eager=enforce_eager,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     prepare_embedded(settings)

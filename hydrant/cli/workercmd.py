@@ -33,6 +33,12 @@ from hydrant.cli.context import CliContext, pass_context
     help="KV cache storage: the compute dtype, or int8 with per-token scales "
     "(HYDRANT_KV_CACHE_DTYPE).",
 )
+@click.option(
+    "--enforce-eager",
+    is_flag=True,
+    default=None,
+    help="No CUDA graphs for decode steps: launch every kernel eagerly (HYDRANT_ENFORCE_EAGER).",
+)
 @pass_context
 def worker(
     cli: CliContext,
@@ -43,6 +49,7 @@ def worker(
     port: int,
     quantization: str | None,
     kv_cache_dtype: str | None,
+    enforce_eager: bool | None,
 ) -> None:
     """Run one engine worker: one model on one device, registered in Redis.
 
@@ -77,6 +84,7 @@ def worker(
         long_lane_tokens=settings.long_lane_tokens,
         quantization=quantization or settings.quantization,
         kv_cache_dtype=kv_cache_dtype or settings.kv_cache_dtype,
+        enforce_eager=enforce_eager or settings.enforce_eager,
         host=host,
         port=port,
         advertise_host=settings.worker_advertise_host,

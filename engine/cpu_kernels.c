@@ -1,0 +1,357 @@
+/*
+ * Paged decode attention for the CPU, reading K/V where they lie in the block pool.
+ *
+ * Why C: the PyTorch path gathers each sequence's blocks into a padded
+ * contiguous tensor and then runs SDPA over it, so K/V cross memory three
+ * times (read, write, read) plus padding. Decode attention is bound by that
+ * traffic; this kernel reads each cached K and V row once, in place.
+ *
+ * Layout (all float32, contiguous):
+ *   q            [batch, num_heads, head_dim]
+ *   k/v cache    [num_blocks, block_size, num_kv_heads, head_dim]
+ *   block_tables [batch, table_stride] int32, context_lens [batch] int32
+ *   out          [batch, num_heads, head_dim]
+ * One work item is a sequence (OpenMP, dynamic: context lengths differ): a pass
+ * over its K rows gives every head's scores, an exact softmax per head (all
+ * scores kept, float32), then a pass over its V rows. With AVX-512 and head
+ * sizes 64/128, the K pass scores 16 tokens per head at once and sums them
+ * with one transposing reduction, and the V pass keeps its accumulators in
+ * registers; otherwise portable loops do the same arithmetic.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+/*
+ * A dot product whose final reduction is a tree: `omp simd reduction` sums the
+ * 16 lanes one after another (ordered), which cost more than the multiplies.
+ */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline float dot(const float *restrict a, const float *restrict b, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    float sum = _mm512_reduce_add_ps(acc);
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+#else
+static inline float dot(const float *restrict a, const float *restrict b, int n) {
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) part[l] += a[i + l] * b[i + l];
+    for (int w = 4; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) part[l] += part[l + w];
+    float sum = part[0];
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+#endif
+
+/*
+ * s[t] = exp(s[t] - m) in place, returning the sum. A decode step takes one
+ * exp per head per context token (millions per step), so libm's scalar expf
+ * would cost as much as reading the cache: with AVX-512 this is a degree-6
+ * polynomial on the reduced argument scaled by 2^n (vscalefps), ~1 ulp.
+ */
+#if defined(__AVX512F__)
+static inline float exp_shifted(float *restrict s, int n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+    const __m512 ln2_hi = _mm512_set1_ps(0.693359375f);
+    const __m512 ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+    const __m512 lowest = _mm512_set1_ps(-87.0f);
+    const __m512 c2 = _mm512_set1_ps(1.0f / 2), c3 = _mm512_set1_ps(1.0f / 6);
+    const __m512 c4 = _mm512_set1_ps(1.0f / 24), c5 = _mm512_set1_ps(1.0f / 120);
+    const __m512 c6 = _mm512_set1_ps(1.0f / 720), one = _mm512_set1_ps(1.0f);
+    __m512 total = _mm512_setzero_ps();
+    int t = 0;
+    for (; t < n; t += 16) {
+        const __mmask16 lanes = t + 16 <= n ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - t)) - 1);
+        __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, s + t), vm);
+        const __mmask16 tiny = _mm512_cmp_ps_mask(x, lowest, _CMP_LT_OQ);
+        x = _mm512_max_ps(x, lowest);
+        const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT);
+        __m512 f = _mm512_fnmadd_ps(k, ln2_hi, x);
+        f = _mm512_fnmadd_ps(k, ln2_lo, f);
+        __m512 p = _mm512_fmadd_ps(c6, f, c5);
+        p = _mm512_fmadd_ps(p, f, c4);
+        p = _mm512_fmadd_ps(p, f, c3);
+        p = _mm512_fmadd_ps(p, f, c2);
+        p = _mm512_fmadd_ps(p, f, one);
+        p = _mm512_fmadd_ps(p, f, one);
+        __m512 e = _mm512_maskz_mov_ps((__mmask16)(lanes & ~tiny), _mm512_scalef_ps(p, k));
+        _mm512_mask_storeu_ps(s + t, lanes, e);
+        total = _mm512_add_ps(total, e);
+    }
+    return _mm512_reduce_add_ps(total);
+}
+#else
+static inline float exp_shifted(float *restrict s, int n, float m) {
+    float sum = 0.0f;
+    for (int t = 0; t < n; t++) {
+        s[t] = expf(s[t] - m);
+        sum += s[t];
+    }
+    return sum;
+}
+#endif
+
+/* Each head's row of scores [num_heads][ctx] becomes its softmax, in place. */
+static inline void softmax_rows(float *restrict scores, int ctx, int num_heads) {
+    for (int h = 0; h < num_heads; h++) {
+        float *s = scores + (int64_t)h * ctx;
+        float m = -INFINITY;
+        for (int t = 0; t < ctx; t++) m = s[t] > m ? s[t] : m;
+        const float inv = 1.0f / exp_shifted(s, ctx, m);
+        for (int t = 0; t < ctx; t++) s[t] *= inv;
+    }
+}
+
+/* Blocks are scattered, so the hardware prefetcher stalls at each block edge:
+   fetch the next block's row while this block's is used. */
+static inline void prefetch_row(const float *row, int64_t floats) {
+    for (int64_t l = 0; l < floats; l += 16) __builtin_prefetch(row + l, 0, 3);
+}
+
+/*
+ * One sequence: scores for every head over the context, softmax, then the V pass.
+ * `head_dim` is a compile-time constant in the specialised copies below (64 and
+ * 128, the common sizes), which lets the compiler unroll the row loops fully.
+ */
+static inline __attribute__((always_inline)) void attend_sequence(
+    const float *restrict q, const float *restrict k_cache, const float *restrict v_cache,
+    const int32_t *restrict table, int ctx, float *restrict out, float *restrict scores,
+    float *restrict acc, int num_heads, int num_kv_heads, const int head_dim, int block_size,
+    float scale) {
+    const int group = num_heads / num_kv_heads;
+    const int64_t token_stride = (int64_t)num_kv_heads * head_dim;
+    const int64_t block_stride = token_stride * block_size;
+    const int num_blocks = (ctx + block_size - 1) / block_size;
+    for (int j = 0; j < num_blocks; j++) {
+        const float *block = k_cache + (int64_t)table[j] * block_stride;
+        const int first = j * block_size;
+        const int n = ctx - first < block_size ? ctx - first : block_size;
+        const float *next = j + 1 < num_blocks ? k_cache + (int64_t)table[j + 1] * block_stride : NULL;
+        for (int i = 0; i < n; i++) {
+            const float *kv_row = block + (int64_t)i * token_stride;
+            float *s = scores + first + i;
+            if (next != NULL) prefetch_row(next + (int64_t)i * token_stride, token_stride);
+            for (int kh = 0; kh < num_kv_heads; kh++) {
+                const float *krow = kv_row + (int64_t)kh * head_dim;
+                for (int g = 0; g < group; g++) {
+                    const int h = kh * group + g;
+                    s[(int64_t)h * ctx] = scale * dot(q + (int64_t)h * head_dim, krow, head_dim);
+                }
+            }
+        }
+    }
+    softmax_rows(scores, ctx, num_heads);
+    memset(acc, 0, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
+    for (int j = 0; j < num_blocks; j++) {
+        const float *block = v_cache + (int64_t)table[j] * block_stride;
+        const int first = j * block_size;
+        const int n = ctx - first < block_size ? ctx - first : block_size;
+        const float *next = j + 1 < num_blocks ? v_cache + (int64_t)table[j + 1] * block_stride : NULL;
+        for (int i = 0; i < n; i++) {
+            const float *kv_row = block + (int64_t)i * token_stride;
+            const float *s = scores + first + i;
+            if (next != NULL) prefetch_row(next + (int64_t)i * token_stride, token_stride);
+            for (int kh = 0; kh < num_kv_heads; kh++) {
+                const float *restrict vrow = kv_row + (int64_t)kh * head_dim;
+                for (int g = 0; g < group; g++) {
+                    const int h = kh * group + g;
+                    const float w = s[(int64_t)h * ctx];
+                    float *restrict a = acc + (int64_t)h * head_dim;
+#pragma omp simd
+                    for (int d = 0; d < head_dim; d++) a[d] += w * vrow[d];
+                }
+            }
+        }
+    }
+    memcpy(out, acc, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
+}
+
+#if defined(__AVX512F__)
+/* Lane i of the result is the sum of the 16 lanes of v[i]: 16 dot products finished at once. */
+static inline __m512 reduce16(const __m512 *v) {
+    __m512 r[8], t[4], u[2];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        t[i] = _mm512_add_ps(_mm512_shuffle_ps(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 2; i++)
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
+                         _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+}
+
+/* Scores of every head for up to 16 tokens of one block: s[h * ctx + t] = scale * q_h . k_t. */
+static inline __attribute__((always_inline)) void score_tokens16(
+    const float *restrict q, const float *restrict rows, int64_t token_stride, int n,
+    float *restrict scores, int ctx, int num_heads, int group, const int head_dim, float scale) {
+    const int vecs = head_dim / 16;
+    const __m512 vscale = _mm512_set1_ps(scale);
+    const __mmask16 lanes = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+    for (int h = 0; h < num_heads; h++) {
+        const float *qh = q + (int64_t)h * head_dim;
+        const float *kh = rows + (int64_t)(h / group) * head_dim;
+        __m512 qv[8];
+        for (int d = 0; d < vecs; d++) qv[d] = _mm512_loadu_ps(qh + 16 * d);
+        __m512 acc[16];
+        for (int u = 0; u < 16; u++) {
+            acc[u] = _mm512_setzero_ps();
+            if (u < n) {
+                const float *k = kh + (int64_t)u * token_stride;
+                for (int d = 0; d < vecs; d++)
+                    acc[u] = _mm512_fmadd_ps(qv[d], _mm512_loadu_ps(k + 16 * d), acc[u]);
+            }
+        }
+        _mm512_mask_storeu_ps(scores + (int64_t)h * ctx, lanes,
+                              _mm512_mul_ps(reduce16(acc), vscale));
+    }
+}
+
+/* out[h] = sum_t p[h][t] v_t for `heads` heads of one KV head, accumulated in registers. */
+static inline __attribute__((always_inline)) void value_heads(
+    const float *restrict v_cache, const int32_t *restrict table, int ctx, int block_size,
+    int64_t token_stride, int64_t block_stride, int64_t head_offset, const float *restrict probs,
+    float *restrict out, const int heads, const int head_dim) {
+    const int vecs = head_dim / 16;
+    __m512 acc[32]; /* 16 used: heads * vecs <= 16 on every path that runs */
+    for (int i = 0; i < heads * vecs; i++) acc[i] = _mm512_setzero_ps();
+    for (int first = 0; first < ctx; first += block_size) {
+        const float *block = v_cache + (int64_t)table[first / block_size] * block_stride + head_offset;
+        const int n = ctx - first < block_size ? ctx - first : block_size;
+        for (int i = 0; i < n; i++) {
+            const float *row = block + (int64_t)i * token_stride;
+            __m512 w[4];
+            for (int g = 0; g < heads; g++) w[g] = _mm512_set1_ps(probs[(int64_t)g * ctx + first + i]);
+            for (int d = 0; d < vecs; d++) {
+                const __m512 vv = _mm512_loadu_ps(row + 16 * d);
+                for (int g = 0; g < heads; g++)
+                    acc[g * vecs + d] = _mm512_fmadd_ps(w[g], vv, acc[g * vecs + d]);
+            }
+        }
+    }
+    for (int g = 0; g < heads; g++)
+        for (int d = 0; d < vecs; d++)
+            _mm512_storeu_ps(out + (int64_t)g * head_dim + 16 * d, acc[g * vecs + d]);
+}
+
+static inline __attribute__((always_inline)) void attend_sequence_avx512(
+    const float *restrict q, const float *restrict k_cache, const float *restrict v_cache,
+    const int32_t *restrict table, int ctx, float *restrict out, float *restrict scores,
+    int num_heads, int num_kv_heads, const int head_dim, int block_size, float scale) {
+    const int group = num_heads / num_kv_heads;
+    const int64_t token_stride = (int64_t)num_kv_heads * head_dim;
+    const int64_t block_stride = token_stride * block_size;
+    for (int first = 0; first < ctx; first += block_size) {
+        const float *block = k_cache + (int64_t)table[first / block_size] * block_stride;
+        const int n = ctx - first < block_size ? ctx - first : block_size;
+        for (int i = 0; i < n; i += 16)
+            score_tokens16(q, block + (int64_t)i * token_stride, token_stride,
+                           n - i < 16 ? n - i : 16, scores + first + i, ctx, num_heads, group,
+                           head_dim, scale);
+    }
+    softmax_rows(scores, ctx, num_heads);
+    /* heads per register set: 16 accumulators hold 4 heads of 64 or 2 of 128 (at most 4) */
+    const int per_pass = head_dim >= 64 ? 256 / head_dim : 4;
+    for (int kh = 0; kh < num_kv_heads; kh++) {
+        for (int g0 = 0; g0 < group; g0 += per_pass) {
+            const int heads = group - g0 < per_pass ? group - g0 : per_pass;
+            const int h = kh * group + g0;
+            const float *probs = scores + (int64_t)h * ctx;
+            float *o = out + (int64_t)h * head_dim;
+            const int64_t off = (int64_t)kh * head_dim;
+#define VALUE_HEADS(H)                                                                          \
+    value_heads(v_cache, table, ctx, block_size, token_stride, block_stride, off, probs, o, H, \
+                head_dim)
+            switch (heads) {
+                case 1: VALUE_HEADS(1); break;
+                case 2: VALUE_HEADS(2); break;
+                case 3: VALUE_HEADS(3); break;
+                default: VALUE_HEADS(4); break;
+            }
+#undef VALUE_HEADS
+        }
+    }
+}
+#endif
+
+static void attend_sequence_any(const float *q, const float *k_cache, const float *v_cache,
+                                const int32_t *table, int ctx, float *out, float *scores,
+                                float *acc, int num_heads, int num_kv_heads, int head_dim,
+                                int block_size, float scale) {
+#if defined(__AVX512F__)
+    if (head_dim == 32) {
+        attend_sequence_avx512(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                               num_kv_heads, 32, block_size, scale);
+        return;
+    }
+    if (head_dim == 64) {
+        attend_sequence_avx512(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                               num_kv_heads, 64, block_size, scale);
+        return;
+    }
+    if (head_dim == 128) {
+        attend_sequence_avx512(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                               num_kv_heads, 128, block_size, scale);
+        return;
+    }
+#endif
+    switch (head_dim) {
+        case 64:
+            attend_sequence(q, k_cache, v_cache, table, ctx, out, scores, acc, num_heads,
+                            num_kv_heads, 64, block_size, scale);
+            break;
+        case 128:
+            attend_sequence(q, k_cache, v_cache, table, ctx, out, scores, acc, num_heads,
+                            num_kv_heads, 128, block_size, scale);
+            break;
+        default:
+            attend_sequence(q, k_cache, v_cache, table, ctx, out, scores, acc, num_heads,
+                            num_kv_heads, head_dim, block_size, scale);
+    }
+}
+
+int hydrant_paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
+                             const int32_t *block_tables, int64_t table_stride,
+                             const int32_t *context_lens, float *out, int batch, int num_heads,
+                             int num_kv_heads, int head_dim, int block_size, int max_context,
+                             float scale, int num_threads) {
+    int failed = 0;
+#pragma omp parallel num_threads(num_threads)
+    {
+        float *scores = (float *)malloc(sizeof(float) * (size_t)num_heads * (size_t)max_context);
+        float *acc = (float *)malloc(sizeof(float) * (size_t)num_heads * (size_t)head_dim);
+        if (scores == NULL || acc == NULL) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < batch; b++) {
+            const int64_t offset = (int64_t)b * num_heads * head_dim;
+            if (scores == NULL || acc == NULL) continue;
+            if (context_lens[b] <= 0) {
+                memset(out + offset, 0, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
+                continue;
+            }
+            attend_sequence_any(q + offset, k_cache, v_cache, block_tables + (int64_t)b * table_stride,
+                                context_lens[b], out + offset, scores, acc, num_heads,
+                                num_kv_heads, head_dim, block_size, scale);
+        }
+        free(scores);
+        free(acc);
+    }
+    return failed ? -1 : 0;
+}

@@ -1,0 +1,194 @@
+"""The engine's native CPU kernel (cpu_kernels.c): paged decode attention in place.
+
+Why a C kernel on the CPU at all: the PyTorch decode path gathers every
+sequence's scattered blocks into a padded tensor before SDPA, so each step
+moves the whole live KV cache three times; decode attention on the CPU is
+bound by exactly that traffic. The C kernel reads each K/V row once, where it
+lies (vLLM's CPU backend does the same with its own C++ kernels).
+
+How it is built: with the system C compiler, once per machine and source
+version, into a cache folder (`HYDRANT_KERNEL_CACHE`, default
+`~/.cache/hydrant/kernels`), and loaded with ctypes: no torch headers, so
+the build takes about a second, and nothing is compiled at install time. The
+binary is tuned for the CPU it is built on (`-march=native`), so the cache key
+includes the CPU's feature flags. If there is no compiler or the build fails,
+the engine logs it once and keeps the PyTorch path: same results, slower.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from hydrant.engine import attention
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("cpu_kernels.c")
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11"]
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_tried = False
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("HYDRANT_KERNEL_CACHE")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".cache" / "hydrant" / "kernels"
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags: a binary built with -march=native is only valid on them."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+
+
+def build(target_dir: Path | None = None) -> Path:
+    """Compile cpu_kernels.c (if not cached) and return the shared library's path.
+
+    The build writes to a temporary file and renames it into place, so
+    processes building at once never load a half-written library.
+    """
+    compiler = _compiler()
+    if compiler is None:
+        raise RuntimeError("no C compiler found (set CC or install gcc)")
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(
+        source + " ".join(CFLAGS).encode() + _cpu_flags().encode() + compiler.encode()
+    ).hexdigest()[:16]
+    folder = (target_dir or cache_dir()) / key
+    library = folder / "libhydrant_cpu_kernels.so"
+    if library.exists():
+        return library
+    folder.mkdir(parents=True, exist_ok=True)
+    logger.info("compiling the CPU attention kernel into %s (once per machine)", folder)
+    with tempfile.NamedTemporaryFile(dir=folder, suffix=".so", delete=False) as tmp:
+        partial = Path(tmp.name)
+    try:
+        subprocess.run(  # noqa: S603 - our own source, the compiler from PATH/CC
+            [compiler, *CFLAGS, str(SOURCE), "-o", str(partial), "-lm"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        partial.replace(library)
+    except subprocess.CalledProcessError as exc:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"compiling {SOURCE.name} failed: {exc.stderr.strip()[-2000:]}") from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return library
+
+
+def load() -> ctypes.CDLL | None:
+    """The kernel library, built on first use; None (logged once) when it cannot be built."""
+    global _library, _tried
+    with _lock:
+        if _tried:
+            return _library
+        _tried = True
+        try:
+            library = ctypes.CDLL(str(build()))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            logger.warning("native CPU attention unavailable, using the PyTorch path: %s", exc)
+            return None
+        fn = library.hydrant_paged_decode_f32
+        fn.restype = ctypes.c_int
+        fn.argtypes = [
+            ctypes.c_void_p,  # q
+            ctypes.c_void_p,  # k_cache
+            ctypes.c_void_p,  # v_cache
+            ctypes.c_void_p,  # block_tables
+            ctypes.c_int64,  # table_stride
+            ctypes.c_void_p,  # context_lens
+            ctypes.c_void_p,  # out
+            ctypes.c_int,  # batch
+            ctypes.c_int,  # num_heads
+            ctypes.c_int,  # num_kv_heads
+            ctypes.c_int,  # head_dim
+            ctypes.c_int,  # block_size
+            ctypes.c_int,  # max_context
+            ctypes.c_float,  # scale
+            ctypes.c_int,  # num_threads
+        ]
+        _library = library
+        return _library
+
+
+def available() -> bool:
+    return load() is not None
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Same contract as `attention.paged_decode_attention`; float32 CPU tensors run natively.
+
+    Anything else (another dtype, a non-contiguous view, no library) takes the
+    PyTorch path, so callers never need to check. The caller guarantees every
+    context length fits its block table (the scheduler's invariant); the
+    table's width bounds the score buffer.
+    """
+    library = load()
+    batch, num_heads, head_dim = q.shape
+    native = (
+        library is not None
+        and q.device.type == "cpu"
+        and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        and block_tables.dtype == context_lens.dtype == torch.int32
+        and num_heads % k_cache.shape[2] == 0
+        and all(t.is_contiguous() for t in (q, k_cache, v_cache, block_tables, context_lens))
+    )
+    if not native or batch == 0:
+        return attention.paged_decode_attention(
+            q, k_cache, v_cache, block_tables, context_lens, scale
+        )
+    assert library is not None
+    out = torch.empty_like(q)
+    block_size = k_cache.shape[1]
+    status = library.hydrant_paged_decode_f32(
+        q.data_ptr(),
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        block_tables.data_ptr(),
+        block_tables.shape[1],
+        context_lens.data_ptr(),
+        out.data_ptr(),
+        batch,
+        num_heads,
+        k_cache.shape[2],
+        head_dim,
+        block_size,
+        max(1, block_tables.shape[1] * block_size),
+        scale,
+        torch.get_num_threads(),
+    )
+    if status != 0:
+        raise MemoryError("native decode attention could not allocate its score buffers")
+    return out

@@ -1,0 +1,154 @@
+"""The native CPU decode attention and the oneDNN linears against float64 / F.linear references.
+
+The kernel is built for real with the machine's C compiler (the same build
+the engine does); the reference is the engine's PyTorch decode path run in
+float64, so any indexing, masking or softmax error shows up as a large
+relative error, and rounding alone stays near 1e-7.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from hydrant.engine import cpu_kernels
+from hydrant.engine.attention import paged_decode_attention
+from hydrant.engine.cpu_linear import OneDnnLinear, onednn_available, use_onednn_linears
+from hydrant.engine.engine_config import EngineConfig, EngineConfigError
+from hydrant.engine.ops import TORCH_OPS, select_ops
+
+CPU = torch.device("cpu")
+requires_native = pytest.mark.skipif(
+    not cpu_kernels.available() and os.environ.get("CI") != "true",
+    reason="no C compiler here (in CI the kernel must build)",
+)
+
+
+def _case(
+    lens: list[int], heads: int, kv_heads: int, head_dim: int, block_size: int, seed: int
+) -> tuple[torch.Tensor, ...]:
+    """K/V caches with every sequence's blocks shuffled over the pool, garbage in unused slots."""
+    gen = torch.Generator().manual_seed(seed)
+    need = [-(-n // block_size) for n in lens]
+    pool = sum(need) + 5
+    k_cache = torch.randn(pool, block_size, kv_heads, head_dim, generator=gen) * 50
+    v_cache = torch.randn(pool, block_size, kv_heads, head_dim, generator=gen) * 50
+    order = torch.randperm(pool, generator=gen).tolist()
+    width = max(need) + 2  # wider than any sequence needs, like the runner's padded tables
+    tables = torch.full((len(lens), width), pool - 1, dtype=torch.int32)
+    for i, n in enumerate(need):
+        tables[i, :n] = torch.tensor([order.pop() for _ in range(n)], dtype=torch.int32)
+    # the slots sequences own hold sane values; the garbage (x50) elsewhere must never be read
+    for i, length in enumerate(lens):
+        for p in range(length):
+            block, offset = int(tables[i, p // block_size]), p % block_size
+            k_cache[block, offset] = torch.randn(kv_heads, head_dim, generator=gen)
+            v_cache[block, offset] = torch.randn(kv_heads, head_dim, generator=gen)
+    q = torch.randn(len(lens), heads, head_dim, generator=gen)
+    return q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32)
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+@requires_native
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim"),
+    [(4, 4, 64), (8, 2, 64), (16, 2, 128), (6, 2, 80), (3, 1, 16)],
+)
+@pytest.mark.parametrize("block_size", [16, 5])
+def test_native_decode_matches_float64_reference(
+    heads: int, kv_heads: int, head_dim: int, block_size: int
+) -> None:
+    lens = [1, block_size, block_size + 1, 2 * block_size - 1, 37, 300, 3]
+    q, k, v, tables, ctx = _case(lens, heads, kv_heads, head_dim, block_size, seed=heads)
+    for scale in (head_dim**-0.5, 1.0):  # 1.0: peaked softmax, large exponents
+        ref = paged_decode_attention(q.double(), k.double(), v.double(), tables, ctx, scale)
+        out = cpu_kernels.paged_decode_attention(q, k, v, tables, ctx, scale)
+        assert out.dtype == torch.float32 and out.shape == q.shape
+        assert _rel_err(out, ref) < 1e-5, f"scale {scale}"
+        for i in range(len(lens)):  # each sequence on its own, not just the batch norm
+            assert _rel_err(out[i], ref[i]) < 1e-5, f"sequence {i} (len {lens[i]})"
+
+
+@requires_native
+def test_native_decode_does_not_depend_on_the_batch() -> None:
+    """A sequence's output is the same alone and in a batch: batching never changes a token."""
+    lens = [5, 64, 200, 17]
+    q, k, v, tables, ctx = _case(lens, 8, 2, 64, 16, seed=7)
+    batched = cpu_kernels.paged_decode_attention(q, k, v, tables, ctx, 0.125)
+    for i in range(len(lens)):
+        alone = cpu_kernels.paged_decode_attention(
+            q[i : i + 1], k, v, tables[i : i + 1].contiguous(), ctx[i : i + 1], 0.125
+        )
+        assert torch.equal(alone[0], batched[i])
+
+
+def test_unsupported_inputs_take_the_torch_path() -> None:
+    q, k, v, tables, ctx = _case([9, 20], 4, 2, 32, 8, seed=3)
+    for dtype in (torch.bfloat16, torch.float64):
+        args = (q.to(dtype), k.to(dtype), v.to(dtype), tables, ctx, 0.2)
+        out = cpu_kernels.paged_decode_attention(*args)
+        assert out.dtype == dtype
+        assert torch.equal(out, paged_decode_attention(*args))
+    strided = q.transpose(0, 1).contiguous().transpose(0, 1)  # same values, not contiguous
+    out = cpu_kernels.paged_decode_attention(strided, k, v, tables, ctx, 0.2)
+    assert torch.allclose(out, paged_decode_attention(q, k, v, tables, ctx, 0.2), atol=1e-5)
+
+
+@requires_native
+def test_build_is_cached_per_source_and_cpu(tmp_path: Path) -> None:
+    first = cpu_kernels.build(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    again = cpu_kernels.build(tmp_path)
+    assert again == first and again.stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert [p.suffix for p in first.parent.iterdir()] == [".so"]  # no partial files left
+
+
+def test_a_failing_compiler_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CC", "false")  # exits 1 without output
+    with pytest.raises(RuntimeError, match=r"compiling cpu_kernels\.c failed"):
+        cpu_kernels.build(tmp_path)
+    assert not any(tmp_path.rglob("*.so"))
+
+
+@requires_native
+def test_auto_ops_on_cpu_use_the_native_kernel_in_float32_only() -> None:
+    assert select_ops("auto", CPU, torch.float32).name == "torch+native"
+    assert select_ops("native", CPU, torch.float32).onednn_linear
+    assert select_ops("auto", CPU, torch.bfloat16) is TORCH_OPS
+    assert select_ops("torch", CPU, torch.float32) is TORCH_OPS
+
+
+def test_native_kernels_need_the_cpu() -> None:
+    with pytest.raises(EngineConfigError, match="native"):
+        select_ops("native", torch.device("meta"))
+    with pytest.raises(EngineConfigError, match="kernels must be"):
+        EngineConfig(kernels="fast")
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN linear")
+def test_onednn_linears_match_f_linear_and_keep_the_state_dict() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 256, bias=False))
+    model.append(nn.Linear(256, 4096).to(torch.float64))  # not float32: left alone
+    model.append(nn.Linear(256, 256))  # small: oneDNN's per-call cost would outweigh its speed
+    keys = list(model.state_dict())
+    weights = [p.data_ptr() for p in model.parameters()]
+    x = torch.randn(37, 256)
+    with torch.inference_mode():
+        expected = model[:3](x)
+        assert use_onednn_linears(model) == 2
+        assert type(model[0]) is OneDnnLinear and type(model[2]) is OneDnnLinear
+        assert type(model[3]) is nn.Linear and type(model[4]) is nn.Linear
+        got = model[:3](x)
+    assert list(model.state_dict()) == keys
+    assert [p.data_ptr() for p in model.parameters()] == weights  # same tensors, not copies
+    assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
