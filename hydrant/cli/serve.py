@@ -7,6 +7,7 @@ import logging
 import click
 
 from hydrant.cli.context import CliContext, pass_context
+from hydrant.cli.engine_options import enforce_eager_option, kv_cache_dtype_option
 from hydrant.settings import ModelSpec, Settings
 
 log = logging.getLogger("hydrant.serve")
@@ -40,18 +41,8 @@ def prepare_embedded(settings: Settings) -> None:
     type=click.Choice(["int8", "int4"]),
     help="Quantize float weights on load (HYDRANT_QUANTIZATION).",
 )
-@click.option(
-    "--kv-cache-dtype",
-    type=click.Choice(["auto", "int8"]),
-    help="KV cache storage: the compute dtype, or int8 with per-token scales "
-    "(HYDRANT_KV_CACHE_DTYPE).",
-)
-@click.option(
-    "--enforce-eager",
-    is_flag=True,
-    default=None,
-    help="No CUDA graphs for decode steps: launch every kernel eagerly (HYDRANT_ENFORCE_EAGER).",
-)
+@kv_cache_dtype_option
+@enforce_eager_option
 @pass_context
 def serve(
     cli: CliContext,

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from hydrant.cli.context import CliContext, pass_context
+from hydrant.cli.engine_options import enforce_eager_option, kv_cache_dtype_option
 
 
 @click.command()
@@ -27,18 +28,8 @@ from hydrant.cli.context import CliContext, pass_context
     envvar="HYDRANT_WORKER_QUANTIZATION",
     help="Quantize float weights on load.",
 )
-@click.option(
-    "--kv-cache-dtype",
-    type=click.Choice(["auto", "int8"]),
-    help="KV cache storage: the compute dtype, or int8 with per-token scales "
-    "(HYDRANT_KV_CACHE_DTYPE).",
-)
-@click.option(
-    "--enforce-eager",
-    is_flag=True,
-    default=None,
-    help="No CUDA graphs for decode steps: launch every kernel eagerly (HYDRANT_ENFORCE_EAGER).",
-)
+@kv_cache_dtype_option
+@enforce_eager_option
 @pass_context
 def worker(
     cli: CliContext,
