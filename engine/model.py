@@ -17,12 +17,14 @@ An int8 KV cache (`EngineConfig.kv_cache_dtype="int8"`: a layer's cache then
 also holds per-token, per-head K/V scales) always goes through
 `hydrant.kernels.ops`, the one implementation that quantizes on write and
 dequantizes inside attention: the PyTorch references on CPU, Triton on CUDA.
-The float path is left exactly as it was.
+Both caches take the same write/decode/prefill calls; the int8 one adds the
+scales as keyword arguments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -79,31 +81,35 @@ class Attention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = self.ops.rotary_embedding(positions, q, k, cos_sin_cache)
-        if len(kv_cache) == 4:
-            out = self._int8_attention(q, k, v, kv_cache, meta)
-            return self.o_proj(out.reshape(num_tokens, self.q_size))
-        k_cache, v_cache = kv_cache
-        self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        ops: KernelOps | ModuleType = self.ops
+        scales: dict[str, torch.Tensor] = {}
+        if len(kv_cache) == 4:  # int8 codes + float32 scales: only hydrant.kernels.ops reads them
+            k_cache, v_cache, scales["k_scale"], scales["v_scale"] = kv_cache
+            ops = kernel_ops
+        else:
+            k_cache, v_cache = kv_cache
+        ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping, **scales)
         n_dec = meta.num_decode_tokens
         parts = []
-        if n_dec > 0 and meta.decode_plan is not None:
+        if n_dec > 0 and meta.decode_plan is not None:  # the torch ops' float path only
             parts.append(
                 planned_decode_attention(q[:n_dec], k_cache, v_cache, meta.decode_plan, self.scale)
             )
         elif n_dec > 0:
             parts.append(
-                self.ops.paged_decode_attention(
+                ops.paged_decode_attention(
                     q[:n_dec],
                     k_cache,
                     v_cache,
                     meta.decode_block_tables,
                     meta.decode_context_lens,
                     self.scale,
+                    **scales,
                 )
             )
         if n_dec < num_tokens:
             parts.append(
-                self.ops.paged_prefill_attention(
+                ops.paged_prefill_attention(
                     q[n_dec:],
                     k_cache,
                     v_cache,
@@ -112,53 +118,11 @@ class Attention(nn.Module):
                     meta.prefill_context_lens,
                     self.scale,
                     max_seqlen_q=meta.prefill_max_q_len,
+                    **scales,
                 )
             )
         out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
-
-    def _int8_attention(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        kv_cache: KVCache,
-        meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        """Quantize the step's K/V into the cache, then attend over the dequantized cache."""
-        k_cache, v_cache, k_scale, v_scale = kv_cache
-        kernel_ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping, k_scale, v_scale)
-        n_dec = meta.num_decode_tokens
-        parts = []
-        if n_dec > 0:
-            parts.append(
-                kernel_ops.paged_decode_attention(
-                    q[:n_dec],
-                    k_cache,
-                    v_cache,
-                    meta.decode_block_tables,
-                    meta.decode_context_lens,
-                    self.scale,
-                    k_scale=k_scale,
-                    v_scale=v_scale,
-                )
-            )
-        if n_dec < q.shape[0]:
-            parts.append(
-                kernel_ops.paged_prefill_attention(
-                    q[n_dec:],
-                    k_cache,
-                    v_cache,
-                    meta.prefill_block_tables,
-                    meta.prefill_cu_seqlens_q,
-                    meta.prefill_context_lens,
-                    self.scale,
-                    meta.prefill_max_q_len,
-                    k_scale=k_scale,
-                    v_scale=v_scale,
-                )
-            )
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
 
 
 class MLP(nn.Module):
