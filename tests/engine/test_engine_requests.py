@@ -12,6 +12,7 @@ from tiny_models import (
     assert_no_kv_leak,
     build_tiny_model,
     random_prompts,
+    record_block_copies,
     run_to_completion,
 )
 
@@ -21,7 +22,6 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
-from hydrant.engine.scheduler import SchedulerOutput
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 
@@ -162,21 +162,12 @@ def test_greedy_choices_of_n_equal_a_single_run_and_share_the_prompt(
 ) -> None:
     engine = engines.make(model_dir)
     single = _run_one(engine, PROMPT, GREEDY, "single").outputs[0].token_ids
-    copies = 0
-    schedule = engine.scheduler.schedule
-
-    def spy() -> SchedulerOutput:
-        nonlocal copies
-        out = schedule()
-        copies += len(out.block_copies)
-        return out
-
-    engine.scheduler.schedule = spy
+    copies = record_block_copies(engine)
     params = SamplingParams(n=3, max_tokens=24, temperature=0.0, ignore_eos=True)
     out = _run_one(engine, PROMPT, params, "n3")
     assert [c.index for c in out.outputs] == [0, 1, 2]
     assert all(c.token_ids == single for c in out.outputs)
-    assert copies == 2  # 37 tokens: the shared partial block is copied for two of the three
+    assert sum(copies) == 2  # 37 tokens: the shared partial block is copied for two of the three
     assert out.metrics.completion_tokens == 72
 
 

@@ -34,6 +34,7 @@ from tiny_models import (
     assert_no_kv_leak,
     build_tiny_model,
     random_prompts,
+    record_block_copies,
     run_to_completion,
 )
 
@@ -308,19 +309,10 @@ def test_copy_on_write_copies_the_scales(
     engine = engines.make(model_dirs["gqa"], kv_cache_dtype="int8")
     prompt = random_prompts(1, 37, 38, seed=5)[0]
     single = _generate(engine, [prompt])[0][0]
-    copies = 0
-    schedule = engine.scheduler.schedule
-
-    def counting() -> SchedulerOutput:
-        nonlocal copies
-        out = schedule()
-        copies += len(out.block_copies)
-        return out
-
-    engine.scheduler.schedule = counting
+    copies = record_block_copies(engine)
     engine.add_request("n3", prompt, SamplingParams(n=3, max_tokens=16, temperature=0.0))
     out = run_to_completion(engine)["n3"]
-    assert copies == 2  # 37 tokens: the shared partial block is copied for two of the three
+    assert sum(copies) == 2  # 37 tokens: the shared partial block is copied for two of the three
     assert all(list(c.token_ids) == single[:16] for c in out.outputs)
 
 

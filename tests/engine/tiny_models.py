@@ -29,7 +29,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
-from hydrant.engine.scheduler import Scheduler
+from hydrant.engine.scheduler import Scheduler, SchedulerOutput
 from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes, Sequence
 
 if TYPE_CHECKING:
@@ -188,6 +188,20 @@ class EngineTracker:
         for engine in self.engines:
             run_to_completion(engine)
             assert_no_kv_leak(engine)
+
+
+def record_block_copies(engine: LLMEngine) -> list[int]:
+    """Spy on the engine's scheduler: the list gets each step's copy-on-write block copies."""
+    counts: list[int] = []
+    schedule = engine.scheduler.schedule
+
+    def spy() -> SchedulerOutput:
+        out = schedule()
+        counts.append(len(out.block_copies))
+        return out
+
+    engine.scheduler.schedule = spy  # type: ignore[method-assign]
+    return counts
 
 
 def random_prompts(count: int, low: int, high: int, seed: int = 0) -> list[list[int]]:
