@@ -12,9 +12,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from ledger_requests import request_context
 from sqlalchemy import func, select
 
-from hydrant.engine.protocol import RequestUsage, Sampling
+from hydrant.engine.protocol import RequestUsage
 from hydrant.errors import ConfigurationError
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.db.base import utcnow
@@ -22,7 +23,6 @@ from hydrant.platform.db.models import LedgerEntry, Tenant
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import ServiceUnavailable
 from hydrant.platform.inference.accounting import Outcome, RequestContext
-from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
 from hydrant.platform.ledger.spool_codec import decode_record
@@ -36,14 +36,7 @@ OUTCOME = Outcome(
 
 
 def _ctx(request_id: str) -> RequestContext:
-    return RequestContext(
-        request_id=request_id,
-        tenant_id="ten_journal",
-        api_key_id=None,
-        key_prefix="hyd_test_x",
-        model="demo",
-        prepared=PreparedRequest([1, 2, 3], Sampling(max_tokens=4), False, False),
-    )
+    return request_context(request_id, "ten_journal")
 
 
 async def _rows(database: Database) -> list[str]:

@@ -17,9 +17,10 @@ from typing import Any, cast
 
 import asyncpg
 import pytest
+from ledger_requests import request_context
 from sqlalchemy import Table, select
 
-from hydrant.engine.protocol import RequestUsage, Sampling
+from hydrant.engine.protocol import RequestUsage
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db import migrate
@@ -27,7 +28,6 @@ from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import LedgerEntry, Tenant
 from hydrant.platform.db.session import Database
 from hydrant.platform.inference.accounting import Outcome, RequestContext
-from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.ledger import repository
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
@@ -51,14 +51,7 @@ PRICE = Price(
 
 
 def _ctx(request_id: str, tenant_id: str = "ten_pin") -> RequestContext:
-    return RequestContext(
-        request_id=request_id,
-        tenant_id=tenant_id,
-        api_key_id=None,
-        key_prefix="hyd_test_x",
-        model="demo",
-        prepared=PreparedRequest([1, 2, 3], Sampling(max_tokens=4), False, False),
-    )
+    return request_context(request_id, tenant_id)
 
 
 @pytest.fixture()

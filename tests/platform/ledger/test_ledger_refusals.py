@@ -7,29 +7,17 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
+from ledger_requests import request_context as _ctx
 from sqlalchemy import select
 
-from hydrant.engine.protocol import RequestUsage, Sampling
+from hydrant.engine.protocol import RequestUsage
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import LedgerEntry, Tenant
 from hydrant.platform.db.session import Database
-from hydrant.platform.inference.accounting import Outcome, RequestContext
-from hydrant.platform.inference.params import PreparedRequest
+from hydrant.platform.inference.accounting import Outcome
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
-
-
-def _ctx(request_id: str, tenant_id: str) -> RequestContext:
-    return RequestContext(
-        request_id=request_id,
-        tenant_id=tenant_id,
-        api_key_id=None,
-        key_prefix="hyd_test_x",
-        model="demo",
-        prepared=PreparedRequest([1, 2, 3], Sampling(max_tokens=4), False, False),
-    )
-
 
 OUTCOME = Outcome(
     status="finished",
