@@ -155,7 +155,7 @@ def paged_decode_attention(
     context length fits its block table (the scheduler's invariant); the
     table's width bounds the score buffer.
     """
-    library = load()
+    library = _library if _tried else load()  # no lock per layer once it is settled
     batch, num_heads, head_dim = q.shape
     native = (
         library is not None

@@ -61,6 +61,15 @@ def onednn_available() -> bool:
     return ok
 
 
+def worth_onednn(weight: torch.Tensor) -> bool:
+    """A float32 CPU weight large enough that oneDNN's speed outweighs its per-call cost."""
+    return (
+        weight.dtype == torch.float32
+        and weight.device.type == "cpu"
+        and weight.numel() >= MIN_ONEDNN_WEIGHTS
+    )
+
+
 class OneDnnLinear(nn.Linear):
     """An `nn.Linear` (same parameters, same state dict) whose forward runs oneDNN."""
 
@@ -79,14 +88,7 @@ def use_onednn_linears(model: nn.Module) -> int:
         return 0
     swapped = 0
     for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if (
-            type(module) is nn.Linear
-            and weight is not None
-            and weight.dtype == torch.float32
-            and weight.device.type == "cpu"
-            and weight.numel() >= MIN_ONEDNN_WEIGHTS
-        ):
+        if type(module) is nn.Linear and worth_onednn(module.weight):
             module.__class__ = OneDnnLinear
             swapped += 1
     return swapped

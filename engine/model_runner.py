@@ -18,10 +18,10 @@ import torch
 from hydrant.engine.attention import AttentionMetadata, free_pad_tokens, plan_decode
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.cpu_linear import (
-    MIN_ONEDNN_WEIGHTS,
     onednn_available,
     onednn_linear,
     use_onednn_linears,
+    worth_onednn,
 )
 from hydrant.engine.cuda_graphs import DecodeGraphs, capture_decode_graphs
 from hydrant.engine.engine_config import EngineConfig
@@ -159,7 +159,7 @@ class ModelRunner:
         model = load_engine_model(model_dir, model_config, config, dtype, max_model_len, ops)
         if ops.onednn_linear:
             use_onednn_linears(model)
-            if model.head_weight().numel() >= MIN_ONEDNN_WEIGHTS and onednn_available():
+            if onednn_available() and worth_onednn(model.head_weight()):
                 model.head_linear = onednn_linear
         logger.info("model ops: %s", ops.name)
         return cls(model, model_config, config, max_model_len, dtype)
