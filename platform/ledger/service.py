@@ -48,6 +48,11 @@ LIVE_WRITE_TIMEOUT_S = 2.0
 # Past this many slow writes still running, entries go straight to the spool, so a
 # long partition does not pile up a task (and a wait for a connection) per request.
 MAX_SLOW_WRITES = 32
+# After a live write timed out, entries go straight to the spool (no request waits out
+# the timeout again) until a ping answers; at most this often a new ping is sent.
+# Why only after a timeout: a refused connection fails in milliseconds, so there the
+# next live write is itself the cheap probe.
+STALL_PROBE_S = 0.5
 # How old the in-memory copy of a model's price versions may get (see `_price_at`).
 PRICE_CACHE_S = 30.0
 # While the database is down and the spool is full, new requests are refused; at most
@@ -101,6 +106,9 @@ class DatabaseLedger:
         self.device_price = device_price
         self.write_timeout_s = write_timeout_s
         self._spooling = False
+        self._stalled = False  # a live write timed out: spool until a ping answers
+        self._stall_probed_at = 0.0
+        self._stall_pings: set[asyncio.Future[None]] = set()
         self._spool_full = False  # an entry could be neither written nor spooled
         self._probed_at = 0.0
         self._slow_writes: set[asyncio.Future[None]] = set()
@@ -116,6 +124,10 @@ class DatabaseLedger:
         if self.commit == "journal":
             await self._record_in_journal(ctx, outcome)
             return
+        if self._stalled:
+            self._probe_stalled_database()
+            await self._spool_append(ctx, outcome)
+            return
         try:
             await self._write_within_timeout(ctx, outcome)
             self._spool_full = False
@@ -123,19 +135,47 @@ class DatabaseLedger:
                 self._spooling = False
                 log.info("ledger database reachable again")
         except UNAVAILABLE as exc:
+            if isinstance(exc, TimeoutError) and not self._stalled:
+                self._stalled = True
+                self._stall_probed_at = time.monotonic()
             if not self._spooling:
                 self._spooling = True
                 log.warning(
                     "ledger database unreachable: spooling entries",
                     extra={"error": type(exc).__name__},
                 )
-            try:
-                await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
-            except SpoolFullError as full:
-                if not self._spool_full:
-                    log.error("ledger spool full with the database unreachable: refusing requests")
-                self._spool_full = True
-                raise _unrecordable() from full
+            await self._spool_append(ctx, outcome)
+
+    async def _spool_append(self, ctx: RequestContext, outcome: Outcome) -> None:
+        try:
+            await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
+        except SpoolFullError as full:
+            if not self._spool_full:
+                log.error("ledger spool full with the database unreachable: refusing requests")
+            self._spool_full = True
+            raise _unrecordable() from full
+
+    def _probe_stalled_database(self) -> None:
+        """Send a ping (at most every `STALL_PROBE_S`) whose answer ends the stall.
+
+        No request waits on it, and it has no timeout of its own: a ping that
+        hangs with the database simply never answers, and a later one may. The
+        pings in flight are bounded by the connection pool (its own timeout).
+        """
+        now = time.monotonic()
+        if now - self._stall_probed_at < STALL_PROBE_S:
+            return
+        self._stall_probed_at = now
+        ping = asyncio.ensure_future(self.database.ping())
+        self._stall_pings.add(ping)
+        ping.add_done_callback(self._stall_ping_done)
+
+    def _stall_ping_done(self, ping: asyncio.Future[None]) -> None:
+        self._stall_pings.discard(ping)
+        if ping.cancelled() or ping.exception() is not None or not self._stalled:
+            return
+        self._stalled = False
+        log.info("ledger database answering again: live writes resume")
 
     async def _record_in_journal(self, ctx: RequestContext, outcome: Outcome) -> None:
         """Journal mode: durable in the spool (group fsync) now, in the database soon."""
