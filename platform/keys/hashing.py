@@ -10,7 +10,6 @@ response time does not reveal which prefixes exist.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 
 MIN_SERVER_SECRET_BYTES = 16
@@ -29,7 +28,7 @@ def _check_server_secret(server_secret: bytes) -> None:
 def hash_key(secret: str, server_secret: bytes) -> str:
     """The value stored for a key: hex HMAC-SHA256 of the whole key text."""
     _check_server_secret(server_secret)
-    return hmac.new(server_secret, secret.encode("utf-8"), hashlib.sha256).hexdigest()
+    return hmac.digest(server_secret, secret.encode("utf-8"), "sha256").hex()  # one C call
 
 
 def verify_key(secret: str, stored_hash: str, server_secret: bytes) -> bool:

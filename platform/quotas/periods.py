@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 
 
 class BudgetPeriod(StrEnum):
@@ -33,11 +34,21 @@ def period_window(period: BudgetPeriod | str, at: datetime) -> PeriodWindow:
         raise ValueError("at must be a timezone-aware datetime")
     moment = at.astimezone(UTC)
     if kind is BudgetPeriod.DAY:
-        start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
-        return PeriodWindow(kind, start.strftime("%Y-%m-%d"), start, start + timedelta(days=1))
-    start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    if start.month == 12:
-        end = start.replace(year=start.year + 1, month=1)
-    else:
-        end = start.replace(month=start.month + 1)
-    return PeriodWindow(kind, start.strftime("%Y-%m"), start, end)
+        return _day_window(moment.year, moment.month, moment.day)
+    return _month_window(moment.year, moment.month)
+
+
+# Every admission asks for the current day and month: computed (and formatted) once each.
+@lru_cache(maxsize=64)
+def _day_window(year: int, month: int, day: int) -> PeriodWindow:
+    start = datetime(year, month, day, tzinfo=UTC)
+    return PeriodWindow(
+        BudgetPeriod.DAY, start.strftime("%Y-%m-%d"), start, start + timedelta(days=1)
+    )
+
+
+@lru_cache(maxsize=16)
+def _month_window(year: int, month: int) -> PeriodWindow:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + 1, 1, 1, tzinfo=UTC) if month == 12 else start.replace(month=month + 1)
+    return PeriodWindow(BudgetPeriod.MONTH, start.strftime("%Y-%m"), start, end)

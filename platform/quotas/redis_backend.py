@@ -13,7 +13,7 @@ never less, and leases give it back.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from redis import exceptions as redis_errors
@@ -34,6 +34,9 @@ from hydrant.platform.quotas.checks import (
     validate_checks,
 )
 from hydrant.platform.quotas.redis_scripts import ADMIT, RENEW, SETTLE, USAGE
+from hydrant.platform.quotas.script_client import LuaScript, RedisScriptClient
+
+_ADMIT, _SETTLE, _RENEW, _USAGE = (LuaScript(s) for s in (ADMIT, SETTLE, RENEW, USAGE))
 
 _UNAVAILABLE = (
     redis_errors.ConnectionError,
@@ -44,7 +47,11 @@ _UNAVAILABLE = (
 
 
 class RedisQuotaBackend:
-    """`QuotaBackend` on Redis; `clock=None` uses the Redis server's clock (production)."""
+    """`QuotaBackend` on Redis; `clock=None` uses the Redis server's clock (production).
+
+    The scripts run through `scripts` (the lean pipelined client) when given, as
+    `from_url` does; through redis-py's `client` otherwise.
+    """
 
     def __init__(
         self,
@@ -53,6 +60,7 @@ class RedisQuotaBackend:
         key_prefix: str = "hydrant:quota",
         clock: Callable[[], float] | None = None,
         owns_client: bool = False,
+        scripts: RedisScriptClient | None = None,
     ) -> None:
         if not key_prefix or "{" in key_prefix or "}" in key_prefix:
             raise ValueError("key_prefix must be non-empty and hold no hash-tag braces")
@@ -60,10 +68,11 @@ class RedisQuotaBackend:
         self._prefix = key_prefix
         self._clock = clock
         self._owns_client = owns_client
-        self._admit = client.register_script(ADMIT)
-        self._settle = client.register_script(SETTLE)
-        self._renew = client.register_script(RENEW)
-        self._usage = client.register_script(USAGE)
+        self._scripts = scripts
+        self._registered = {
+            script.sha: client.register_script(script.source)
+            for script in (_ADMIT, _SETTLE, _RENEW, _USAGE)
+        }
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisQuotaBackend:
@@ -79,7 +88,8 @@ class RedisQuotaBackend:
             socket_connect_timeout=1.0,
             retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1), retries=1),
         )
-        return cls(client, owns_client=True, **kwargs)
+        scripts = RedisScriptClient(url, timeout_s=1.0, connect_timeout_s=1.0)
+        return cls(client, owns_client=True, scripts=scripts, **kwargs)
 
     def _keys(self, check: Check) -> list[str]:
         base = f"{self._prefix}:{check.key}"
@@ -99,7 +109,7 @@ class RedisQuotaBackend:
 
     async def _run(
         self,
-        script: Callable[..., Awaitable[Any]],
+        script: LuaScript,
         checks: Sequence[Check],
         rid: str,
         amounts: Sequence[int] | None = None,
@@ -115,14 +125,16 @@ class RedisQuotaBackend:
             amount = amounts[index] if amounts is not None else getattr(check, "amount", 0)
             args.extend(self._params(check, amount))
         try:
-            return await script(keys=keys, args=args)
+            if self._scripts is not None:
+                return await self._scripts.evalsha(script, keys, args)
+            return await self._registered[script.sha](keys=keys, args=args)
         except _UNAVAILABLE as exc:
             raise QuotaBackendUnavailable(f"Redis is unavailable: {type(exc).__name__}") from exc
 
     async def admit(self, checks: Sequence[Check]) -> Admission:
         plan = validate_checks(checks)
         rid = uuid.uuid4().hex
-        reply = cast(list[int], await self._run(self._admit, plan, rid))
+        reply = cast(list[int], await self._run(_ADMIT, plan, rid))
         if int(reply[0]) == 1:
             return Admission(reservation_id=rid, checks=plan)
         refusals = []
@@ -139,7 +151,7 @@ class RedisQuotaBackend:
             admission.settled = True
             return
         resolved = [-1 if a is None else a for a in amounts]
-        await self._run(self._settle, admission.checks, admission.reservation_id, resolved)
+        await self._run(_SETTLE, admission.checks, admission.reservation_id, resolved)
         admission.settled = True
 
     async def renew(self, admission: Admission) -> bool:
@@ -148,13 +160,15 @@ class RedisQuotaBackend:
         leased = [c for c in admission.checks if not isinstance(c, WindowCheck)]
         if not leased:
             return True
-        lost = await self._run(self._renew, leased, admission.reservation_id)
+        lost = await self._run(_RENEW, leased, admission.reservation_id)
         return int(lost) == 0
 
     async def usage(self, check: Check) -> LimitUsage:
-        used, reserved = await self._run(self._usage, [check], "")
+        used, reserved = await self._run(_USAGE, [check], "")
         return LimitUsage(used=int(used), reserved=int(reserved))
 
     async def aclose(self) -> None:
+        if self._scripts is not None:
+            await self._scripts.aclose()
         if self._owns_client:
             await self._client.aclose()
