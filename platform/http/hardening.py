@@ -1,8 +1,9 @@
 """Limits on what a client can make the gateway hold: header size, slow bodies, CORS.
 
-Why in the app and not only in the server: uvicorn's own limits
-(`h11_max_incomplete_event_size`, `timeout_keep_alive`, set by `hydrant serve`)
-cover headers still arriving and idle connections, but no server setting
+Why in the app and not only in the server: the server's limits (the request
+head bound and deadline of `server_protocol.py`, uvicorn's `timeout_keep_alive`,
+set by `hydrant serve`) cover heads still arriving and idle connections, but no
+server setting
 stops a client that sends its headers and then trickles (or never sends) the
 body: the handler would wait on `receive()` for ever, holding a connection, a
 task and a database session. So the body is read under a timeout here (408),
