@@ -1,7 +1,7 @@
 """Gateway overhead at load: auth + quotas (Redis) + ledger (PostgreSQL), short requests.
 
     .venv/bin/python bench/gateway.py [--quick] [--profile] [--levels 1,4,16,...]
-        [--ledger-commit journal|database] [--client raw|httpx]
+        [--ledger-commit journal|database] [--client raw|httpx] [--engine inprocess|worker]
 
 Overhead is what a request costs outside the engine: the client's latency
 minus the time the gateway waited on the engine for that request (measured in
@@ -19,6 +19,14 @@ until throughput stops growing. Not part of the tests.
 is sent (`HYDRANT_LEDGER_COMMIT`, default as the server's): PostgreSQL's
 commit (database), or the fsync'd local journal moved into PostgreSQL in
 batches (journal).
+
+`--engine` picks where the engine runs: in the gateway's process (the embedded
+default: its step thread shares the gateway's interpreter and GIL), or in one
+`hydrant worker` process that the gateway's local scaler starts and dispatches
+to over HTTP (worker pools, the production layout). In worker mode the engine
+clock runs while the gateway awaits the worker's stream, as LiteLLM's overhead
+header does around its LLM call; the gateway's own client work inside that
+wait shows in `cpu gw` / `cpu lp`, not in `ovh`.
 
 The client (`--client raw`, the default) is a minimal HTTP/1.1 keep-alive
 client on asyncio streams: one connection per concurrent client, the request
@@ -51,6 +59,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gateway_harness import MESSAGES, run_gateway
@@ -313,6 +322,17 @@ def tenant_key(base_url: str, admin_key: str) -> str:
         return str(key.json()["secret"])
 
 
+def forget_workers(redis_url: str, prefix: str) -> None:
+    """Delete the worker registry keys of this run (worker mode)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -333,6 +353,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=("database", "journal"),
         default="database",
         help="HYDRANT_LEDGER_COMMIT of the gateway under test",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("inprocess", "worker"),
+        default="inprocess",
+        help="the engine in the gateway's process (embedded default) or in a `hydrant worker`"
+        " process the gateway dispatches to over HTTP (worker pools)",
     )
     parser.add_argument(
         "--client",
@@ -361,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
             "port": port,
             "ledger_commit": args.ledger_commit,
             "profile_out": args.profile_out,
+            "engine": args.engine,
+            "worker_secret": secrets.token_urlsafe(24),
+            "worker_prefix": f"hydrant-bench:{secrets.token_hex(4)}",
         }
         print("starting the gateway (auth + Redis quotas + PostgreSQL ledger)", flush=True)
         harness = Harness(config)
@@ -390,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
         finally:
             harness.close()
+            forget_workers(args.redis, config["worker_prefix"])
             asyncio.run(
                 _admin_sql(
                     args.postgres,
@@ -399,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"ledger commit: {args.ledger_commit} (the entry is durable there before the 200)")
     print(f"client: {args.client}")
+    print(f"engine: {args.engine}")
     print(f"{count} requests per level, max_tokens 1; times in ms; ovh = client latency - engine;")
     print("own = ovh - the wait for the durable ledger write (ledger);")
     print("app = in the ASGI app - engine; eng = the same requests straight to the engine;")

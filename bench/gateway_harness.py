@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import dataclasses
 import io
 import logging
 import pstats
@@ -216,9 +217,11 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
 
     from hydrant.platform.app import create_app
     from hydrant.platform.db.session import Database
+    from hydrant.platform.dispatch.controllers import attach_pools
+    from hydrant.platform.dispatch.service import build_pools
     from hydrant.platform.gateway import Gateway, share_gil_with_engines
     from hydrant.platform.http.server_protocol import server_options
-    from hydrant.runtime import load_embedded_engines
+    from hydrant.runtime import EmbeddedEngines, load_embedded_engines
     from hydrant.settings import ModelSpec, Settings
 
     settings = Settings(
@@ -233,8 +236,22 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
         log_level="WARNING",
         ledger_commit=config.get("ledger_commit", "database"),
     )
-    engines = load_embedded_engines(settings)
-    share_gil_with_engines()  # as `hydrant serve` does with in-process engines
+    pools = None
+    if config.get("engine") == "worker":  # as `hydrant serve` with HYDRANT_WORKER_POOLS
+        settings = dataclasses.replace(
+            settings,
+            worker_pools=True,
+            worker_secret=config["worker_secret"],
+            worker_registry_prefix=config["worker_prefix"],
+            pool_start_workers=1,
+            pool_max_workers=1,  # one engine process, started by the gateway's local scaler
+            pool_idle_timeout_s=3600.0,
+        )
+        registry, pools = build_pools(settings)
+        engines = EmbeddedEngines(registry=registry)
+    else:
+        engines = load_embedded_engines(settings)
+        share_gil_with_engines()  # as `hydrant serve` does with in-process engines
     model = engines.registry.get("demo")
     raw_client = model.client
     engine_times: dict[str, float] = {}
@@ -247,6 +264,8 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
     gateway.inference.ledger = TimedLedger(gateway.inference.ledger, phases)
     app = create_app(settings, database=database, gateway=gateway)
     app.on_shutdown.append(engines.shutdown)
+    if pools is not None:
+        attach_pools(app, pools)
     server = uvicorn.Server(
         uvicorn.Config(
             ServerClock(app, server_times),
@@ -263,6 +282,8 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
             raise RuntimeError("uvicorn stopped before it started")
         await asyncio.sleep(0.05)
     prompt = model.tokenizer.encode_chat(MESSAGES)
+    # The first request waits for the engine (a worker process starts and loads the model).
+    await baseline(raw_client, prompt, 1, 1)
     loop = asyncio.get_running_loop()
     profile: cProfile.Profile | None = None
     cpu = CpuClock()
