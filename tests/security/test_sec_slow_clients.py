@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from hydrant_server import RunningServer, hydrant_server
+from slow_client import dribble
 
 pytestmark = pytest.mark.slow
 
@@ -149,31 +150,11 @@ def test_an_idle_keep_alive_connection_is_closed(server: RunningServer) -> None:
     assert data.startswith(b"HTTP/1.1 200"), data[:200]
 
 
-def _dribble(sock: socket.socket, first: bytes, limit_s: float) -> float:
-    """Send `first`, then a header line every 0.3 s; seconds until the server hangs up."""
-    start = time.monotonic()
-    sock.sendall(first)
-    sock.settimeout(0.3)
-    while time.monotonic() - start < limit_s:
-        try:
-            if sock.recv(65536) == b"":
-                return time.monotonic() - start
-        except TimeoutError:
-            pass
-        except ConnectionResetError:
-            return time.monotonic() - start
-        try:
-            sock.sendall(b"X-Slow: 1\r\n")
-        except (BrokenPipeError, ConnectionResetError):
-            return time.monotonic() - start
-    pytest.fail(f"a connection dribbling its headers was held for {limit_s} s")
-
-
 def test_dribbled_headers_are_cut_off_and_others_are_served(server: RunningServer) -> None:
     """Slowloris: a header line now and then resets uvicorn's idle timer, not the deadline."""
     with _connect(server) as slow:
         _healthy(server)
-        _dribble(slow, b"GET /healthz HTTP/1.1\r\nHost: test\r\n", HEADER_TIMEOUT_S + 10)
+        dribble(slow, b"GET /healthz HTTP/1.1\r\nHost: test\r\n", HEADER_TIMEOUT_S + 10)
     _healthy(server)
 
 
@@ -184,4 +165,4 @@ def test_the_header_deadline_applies_to_the_next_request_on_a_connection(
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
         sock.settimeout(5)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
-        _dribble(sock, b"GET /healthz HTTP/1.1\r\n", HEADER_TIMEOUT_S + 10)
+        dribble(sock, b"GET /healthz HTTP/1.1\r\n", HEADER_TIMEOUT_S + 10)

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import pytest
 import uvicorn
+from slow_client import dribble
 from uvicorn._types import ASGIReceiveCallable as Receive
 from uvicorn._types import ASGISendCallable as Send
 from uvicorn._types import HTTPScope as Scope
@@ -119,22 +120,7 @@ class Conn:
 
     def dribble(self, first: bytes, limit_s: float) -> float:
         """Send `first`, then a header line every 0.1 s; seconds until the server hangs up."""
-        start = time.monotonic()
-        self.send(first)
-        self.sock.settimeout(0.1)
-        while time.monotonic() - start < limit_s:
-            try:
-                if self.sock.recv(65536) == b"":
-                    return time.monotonic() - start
-            except TimeoutError:
-                pass
-            except ConnectionResetError:
-                return time.monotonic() - start
-            try:
-                self.send(b"X-Slow: 1\r\n")
-            except (BrokenPipeError, ConnectionResetError):
-                return time.monotonic() - start
-        pytest.fail(f"a connection dribbling its head was held for {limit_s} s")
+        return dribble(self.sock, first, limit_s, every_s=0.1)
 
 
 @pytest.fixture

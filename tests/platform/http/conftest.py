@@ -1,0 +1,10 @@
+"""The protocol tests reuse the slowloris client of the e2e helpers (`tests/e2e/slow_client.py`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_E2E = str(Path(__file__).resolve().parents[2] / "e2e")
+if _E2E not in sys.path:
+    sys.path.insert(0, _E2E)
