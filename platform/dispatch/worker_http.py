@@ -10,7 +10,7 @@ reached the client yet, and the request itself being bad (the engine's
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import msgspec
@@ -24,9 +24,16 @@ from hydrant.engine.worker.wire import (
     FrameError,
     FrameReader,
 )
+from hydrant.platform.dispatch.stream_client import (
+    StreamClient,
+    StreamConnectError,
+    StreamLost,
+    StreamSilent,
+)
 
 _encoder = msgspec.msgpack.Encoder()
 _error_decoder = msgspec.json.Decoder(ErrorBody)
+_SILENT = "the worker's stream went silent (no keep-alive): connection lost"
 
 
 class WorkerUnavailable(Exception):
@@ -55,53 +62,53 @@ class WorkerHttp:
             timeout=httpx.Timeout(connect=3.0, read=read_timeout_s, write=30.0, pool=30.0),
             limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256),
         )
-        self._stream_timeout = httpx.Timeout(
-            connect=3.0, read=stream_idle_timeout_s, write=30.0, pool=30.0
+        self._stream = StreamClient(
+            "/generate",
+            {SECRET_HEADER: secret, "content-type": MSGPACK_MEDIA_TYPE},
+            connect_timeout_s=3.0,
+            idle_timeout_s=stream_idle_timeout_s,
+            max_idle_per_address=256,
         )
 
     async def generate(
         self, address: str, request: GenerateRequest
     ) -> AsyncGenerator[GenerateChunk, None]:
         """The request's chunks; the last one is `finished`, or an exception says why not."""
+        finished = False
         try:
-            async with self._client.stream(
-                "POST",
-                f"{address}/generate",
-                content=_encoder.encode(request),
-                headers={**self._headers, "content-type": MSGPACK_MEDIA_TYPE},
-                timeout=self._stream_timeout,
-            ) as response:
-                if response.status_code != 200:
-                    await _raise_refusal(response)
-                reader = FrameReader()
-                async for data in response.aiter_raw():
-                    for frame in reader.feed(data):
-                        if frame.error is not None:
-                            if frame.error.kind == "invalid":
-                                raise InvalidRequestError(frame.error.message, frame.error.param)
-                            raise WorkerUnavailable(frame.error.kind, frame.error.message)
-                        if frame.chunk is None:
-                            continue
-                        yield frame.chunk
-                        if frame.chunk.finished:
-                            return
-                raise WorkerUnavailable(
-                    "lost", "the worker's stream ended before the request finished"
-                )
+            response = await self._stream.post(address, _encoder.encode(request))
+        except StreamConnectError as exc:
+            raise WorkerUnavailable("connect", str(exc)) from exc
+        except StreamSilent as exc:
+            raise WorkerUnavailable("silent", _SILENT) from exc
+        except StreamLost as exc:
+            raise WorkerUnavailable("lost", str(exc)) from exc
+        try:
+            if response.status != 200:
+                _raise_refusal(response.status, await response.read_all())
+            reader = FrameReader()
+            while data := await response.read():
+                for frame in reader.feed(data):
+                    if frame.error is not None:
+                        if frame.error.kind == "invalid":
+                            raise InvalidRequestError(frame.error.message, frame.error.param)
+                        raise WorkerUnavailable(frame.error.kind, frame.error.message)
+                    if frame.chunk is None:
+                        continue
+                    if frame.chunk.finished:
+                        finished = True
+                    yield frame.chunk
+                    if finished:
+                        return
+            raise WorkerUnavailable("lost", "the worker's stream ended before the request finished")
         except FrameError as exc:
             raise WorkerUnavailable("lost", f"garbled stream from the worker: {exc}") from exc
-        except httpx.ConnectError as exc:
-            raise WorkerUnavailable(
-                "connect", f"cannot reach the worker: {type(exc).__name__}"
-            ) from exc
-        except httpx.ReadTimeout as exc:
-            raise WorkerUnavailable(
-                "silent", "the worker's stream went silent (no keep-alive): connection lost"
-            ) from exc
-        except httpx.TransportError as exc:
-            raise WorkerUnavailable(
-                "lost", f"connection to the worker broke: {type(exc).__name__}"
-            ) from exc
+        except StreamSilent as exc:
+            raise WorkerUnavailable("silent", _SILENT) from exc
+        except StreamLost as exc:
+            raise WorkerUnavailable("lost", str(exc)) from exc
+        finally:
+            response.release(finished)
 
     async def call(
         self, address: str, method: str, path: str, body: Any = None, timeout_s: float = 30.0
@@ -120,22 +127,23 @@ class WorkerHttp:
                 "connect", f"cannot reach the worker: {type(exc).__name__}"
             ) from exc
         if response.status_code >= 400:
-            await _raise_refusal(response)
+            _raise_refusal(response.status_code, response.content)
         return response.json() if response.content else None
 
     async def aclose(self) -> None:
+        await self._stream.aclose()
         await self._client.aclose()
 
 
-async def _raise_refusal(response: httpx.Response) -> None:
-    raw = await response.aread()
-    if response.status_code == 401:
+def _raise_refusal(status: int, body: bytes) -> NoReturn:
+    """A worker's non-2xx answer as the error dispatch acts on."""
+    if status == 401:
         raise WorkerUnavailable("unauthorized", "the worker refused the gateway's secret")
     try:
-        error = _error_decoder.decode(raw).error
+        error = _error_decoder.decode(body).error
     except msgspec.DecodeError:
-        raise WorkerUnavailable("failed", f"worker answered HTTP {response.status_code}") from None
-    if response.status_code == 400 and error.kind == "invalid":
+        raise WorkerUnavailable("failed", f"worker answered HTTP {status}") from None
+    if status == 400 and error.kind == "invalid":
         raise InvalidRequestError(error.message, error.param)
-    reason = "unavailable" if response.status_code in (409, 503) else "failed"
+    reason = "unavailable" if status in (409, 503) else "failed"
     raise WorkerUnavailable(reason, error.message)

@@ -1,0 +1,391 @@
+"""A lean HTTP/1.1 client for one hot path: the gateway's generate stream to a worker.
+
+httpx (with httpcore, h11, anyio and sniffio under it) cost the gateway about
+2 ms of CPU per streamed request, most of its event loop's time. This client
+does only what that stream needs: a POST written in one `transport.write`,
+the response parsed by httptools (llhttp, in C: chunked and Content-Length
+bodies), the body handed to one consumer through a small buffer, and
+keep-alive connections pooled per worker address.
+
+Failures are reported as three exceptions the caller maps to its own terms:
+`StreamConnectError` (no connection), `StreamSilent` (nothing received for
+`idle_timeout_s` while the consumer waited) and `StreamLost` (the connection
+broke or the response was malformed). A reused keep-alive connection that
+fails before any response byte arrived (the worker closed it while idle) is
+retried once on a fresh connection, as httpx does; never after response bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+_HIGH_WATER = 1024 * 1024  # buffered body bytes above which the socket is not read
+_LINGER_S = 5.0  # how long a finished stream may wait for its response's last chunk
+_MAX_ERROR_BODY = 1024 * 1024
+
+
+class StreamClientError(Exception):
+    """Base of the client's failures."""
+
+
+class StreamConnectError(StreamClientError):
+    """No connection could be made (refused, unreachable, connect timeout)."""
+
+
+class StreamSilent(StreamClientError):
+    """Nothing arrived for `idle_timeout_s` while the consumer waited for data."""
+
+
+class StreamLost(StreamClientError):
+    """The connection broke (or the response was not valid HTTP) before the response ended."""
+
+
+class _Target:
+    """What is computed once per worker address: where to connect and the request's head."""
+
+    __slots__ = ("head", "host", "port")
+
+    def __init__(self, address: str, path: str, fields: str) -> None:
+        parts = urlsplit(address)
+        if parts.scheme != "http" or parts.hostname is None:
+            raise ValueError(f"worker address must be http://host:port, got {address!r}")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self.head = f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\n{fields}content-length: "
+
+
+class StreamResponse(asyncio.Protocol):
+    """One keep-alive connection, and the response being read on it.
+
+    The consumer reads with `read()` and ends with `release(finished)`: the
+    connection returns to the pool only if its response ended cleanly and the
+    server did not ask to close. A response whose consumer got all it wanted
+    (`finished`) but whose final chunk is still in flight lingers briefly for
+    it; a consumer that stops early closes the connection.
+    """
+
+    def __init__(self, client: StreamClient, key: str) -> None:
+        self._client = client
+        self._key = key
+        self._loop = asyncio.get_running_loop()
+        self._parser = httptools.HttpResponseParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._body: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._wait_since = 0.0
+        self._last_data = 0.0
+        self._idle_timeout = 30.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self.lost = False
+        self.reused = False
+        self._active = False  # an exchange is in progress (not idle in the pool)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.got_bytes = False
+        self._began = False
+        self._head_done = False
+        self._framed = False
+        self._complete = False
+        self._keep_alive = False
+        self._broken = False
+        self._exc: StreamClientError | None = None
+
+    # ---- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        if not self._active or self._broken:
+            self._broken = True  # bytes nobody asked for: the connection is out of step
+            self.close()
+            return
+        self._last_data = self._loop.time()
+        self.got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._fail(StreamLost(f"malformed HTTP response from the worker: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._cancel_timers()
+        if not self._active:
+            self._client._discard(self)
+            return
+        if not self._complete and self._exc is None:
+            if self._head_done and not self._framed:
+                self._complete = True  # a body delimited by the end of the connection
+            else:
+                why = type(exc).__name__ if exc is not None else "closed by the worker"
+                self._exc = StreamLost(f"connection to the worker broke: {why}")
+        self._wake()
+
+    # ---- httptools callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._began:
+            self._broken = True  # a second response to one request
+        self._began = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) in (14, 17) and name.lower() in (b"content-length", b"transfer-encoding"):
+            self._framed = True
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        self._keep_alive = self._parser.should_keep_alive()
+        self._head_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        if self._linger is not None:
+            self._broken = True  # more body after the consumer's last frame
+            return
+        self._body.append(body)
+        self._buffered += len(body)
+        if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self._complete = True
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+            self._finish()
+        else:
+            self._wake()
+
+    # ---- the exchange ----------------------------------------------------------------------
+
+    def _send(self, request: bytes, idle_timeout_s: float) -> None:
+        self._reset()
+        self._active = True
+        self._idle_timeout = idle_timeout_s
+        self._last_data = self._loop.time()
+        self._timer = self._loop.call_at(self._last_data + idle_timeout_s, self._check_idle)
+        cast(asyncio.Transport, self._transport).write(request)
+
+    async def _head(self) -> None:
+        while not self._head_done:
+            if self._exc is not None:
+                raise self._exc
+            await self._wait()
+
+    async def read(self) -> bytes:
+        """The body bytes received since the last call; b"" at the end of the body."""
+        while True:
+            body = self._body
+            if body:
+                data = body.popleft() if len(body) == 1 else b"".join(body)
+                body.clear()
+                self._buffered = 0
+                if self._paused:
+                    self._paused = False
+                    cast(asyncio.Transport, self._transport).resume_reading()
+                return data
+            if self._complete:
+                return b""
+            if self._exc is not None:
+                raise self._exc
+            await self._wait()
+
+    async def read_all(self) -> bytes:
+        """The rest of a (small) body, at most 1 MiB of it."""
+        pieces = []
+        size = 0
+        while size <= _MAX_ERROR_BODY and (data := await self.read()):
+            pieces.append(data)
+            size += len(data)
+        return b"".join(pieces)
+
+    def release(self, finished: bool) -> None:
+        """The consumer is done: pool the connection if its response ended cleanly, else close.
+
+        `finished`: the consumer got everything it wanted, so a response whose
+        final chunk has not arrived yet may wait briefly for it and be pooled.
+        """
+        if self._complete or not finished or self._body or self._exc is not None:
+            self._finish()
+            return
+        self._cancel_timers()
+        self._linger = self._loop.call_later(_LINGER_S, self.close)
+
+    def _finish(self) -> None:
+        self._cancel_timers()
+        self._active = False
+        if (
+            self._complete
+            and self._keep_alive
+            and not self._body
+            and not self._broken
+            and not self.lost
+            and self._exc is None
+        ):
+            self._client._pool(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        self._cancel_timers()
+        self._active = False
+        if self._transport is not None:
+            self._transport.close()
+
+    # ---- waiting and the idle watchdog -----------------------------------------------------
+
+    async def _wait(self) -> None:
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        self._wait_since = self._loop.time()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _check_idle(self) -> None:
+        """One timer per connection, re-armed from the last data instead of per read."""
+        self._timer = None
+        if not self._active or self._complete or self._exc is not None:
+            return
+        now = self._loop.time()
+        if self._waiter is None:  # the consumer is busy, not waiting on the worker
+            self._timer = self._loop.call_at(now + self._idle_timeout, self._check_idle)
+            return
+        deadline = max(self._last_data, self._wait_since) + self._idle_timeout
+        if now >= deadline - 0.001:
+            self._fail(StreamSilent("the worker's stream went silent"))
+        else:
+            self._timer = self._loop.call_at(deadline, self._check_idle)
+
+    def _fail(self, exc: StreamClientError) -> None:
+        if self._exc is None:
+            self._exc = exc
+        self._broken = True
+        self._wake()
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _cancel_timers(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+
+
+class StreamClient:
+    """POSTs to one path of many workers, over keep-alive connections pooled per address.
+
+    `fields`: the request's fixed header lines ("name: value\\r\\n" each), so a
+    request's head is one string join.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        fields: dict[str, str],
+        connect_timeout_s: float = 3.0,
+        idle_timeout_s: float = 30.0,
+        max_idle_per_address: int = 256,
+    ) -> None:
+        for name, value in fields.items():
+            if any(c in name + value for c in "\r\n\0"):
+                raise ValueError(f"header {name!r} has a line break or NUL")
+        self._path = path
+        self._fields = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+        self._connect_timeout_s = connect_timeout_s
+        self._idle_timeout_s = idle_timeout_s
+        self._max_idle = max_idle_per_address
+        self._targets: dict[str, _Target] = {}
+        self._idle: dict[str, list[StreamResponse]] = {}
+        self._closed = False
+
+    async def post(self, address: str, body: bytes) -> StreamResponse:
+        """Send the request; the response once its status line and headers arrived.
+
+        The caller must `release()` it (in a `finally`).
+        """
+        target = self._targets.get(address)
+        if target is None:
+            target = self._targets[address] = _Target(address, self._path, self._fields)
+        request = f"{target.head}{len(body)}\r\n\r\n".encode() + body
+        idle = self._idle.get(address)
+        while idle:
+            conn = idle.pop()
+            if conn.lost or cast(asyncio.Transport, conn._transport).is_closing():
+                continue
+            conn.reused = True
+            try:
+                return await self._exchange(conn, request)
+            except StreamLost:
+                if conn.got_bytes:
+                    raise
+                break  # closed by the worker while idle: once more on a fresh connection
+        return await self._exchange(await self._connect(address, target), request)
+
+    async def _exchange(self, conn: StreamResponse, request: bytes) -> StreamResponse:
+        conn._send(request, self._idle_timeout_s)
+        try:
+            await conn._head()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _connect(self, address: str, target: _Target) -> StreamResponse:
+        loop = asyncio.get_running_loop()
+        conn = StreamResponse(self, address)
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                await loop.create_connection(lambda: conn, target.host, target.port)
+        except (OSError, TimeoutError) as exc:
+            raise StreamConnectError(f"cannot reach the worker: {type(exc).__name__}") from exc
+        return conn
+
+    def _pool(self, conn: StreamResponse) -> None:
+        idle = self._idle.get(conn._key)
+        if idle is None:
+            idle = self._idle[conn._key] = []
+        if self._closed or len(idle) >= self._max_idle:
+            conn.close()
+        else:
+            idle.append(conn)
+
+    def _discard(self, conn: StreamResponse) -> None:
+        """An idle connection closed (by the worker, or by us): out of the pool."""
+        idle = self._idle.get(conn._key)
+        if idle is not None and conn in idle:
+            idle.remove(conn)
+            if not idle:
+                del self._idle[conn._key]
+
+    def idle_connections(self, address: str) -> int:
+        """How many idle connections to `address` are pooled (for tests and metrics)."""
+        return len(self._idle.get(address, ()))
+
+    async def aclose(self) -> None:
+        """Close every pooled connection; connections in use close when released."""
+        self._closed = True
+        for idle in list(self._idle.values()):
+            for conn in list(idle):
+                conn.close()
+        self._idle.clear()
