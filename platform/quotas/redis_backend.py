@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -88,7 +89,9 @@ class RedisQuotaBackend:
             socket_connect_timeout=1.0,
             retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1), retries=1),
         )
-        scripts = RedisScriptClient(url, timeout_s=1.0, connect_timeout_s=1.0)
+        scripts: RedisScriptClient | None = None
+        if urlsplit(url).scheme in ("redis", "rediss"):  # else (unix://): redis-py runs them
+            scripts = RedisScriptClient(url, timeout_s=1.0, connect_timeout_s=1.0)
         return cls(client, owns_client=True, scripts=scripts, **kwargs)
 
     def _keys(self, check: Check) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
+from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
 from hydrant.platform.quotas.script_client import LuaScript, RedisAddress, RedisScriptClient
 
 ECHO = LuaScript("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) * 2}")
@@ -165,3 +166,13 @@ async def test_nothing_listening_is_a_connection_error() -> None:
     with pytest.raises(redis_errors.ConnectionError):
         await client.evalsha(ECHO, ["k"], ["v", 1])
     await client.aclose()
+
+
+async def test_only_tcp_urls_get_the_lean_client() -> None:
+    """It speaks TCP only: a `unix://` URL keeps the scripts on redis-py instead of failing."""
+    unix = RedisQuotaBackend.from_url("unix:///run/redis/redis.sock")
+    tcp = RedisQuotaBackend.from_url("redis://127.0.0.1:6379/0")
+    assert unix._scripts is None
+    assert isinstance(tcp._scripts, RedisScriptClient)
+    await unix.aclose()
+    await tcp.aclose()
