@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/gateway.py [--quick] [--profile] [--levels 1,4,16,...]
         [--ledger-commit journal|database] [--client raw|httpx] [--engine inprocess|worker]
+        [--rounds N]
 
 Overhead is what a request costs outside the engine: the client's latency
 minus the time the gateway waited on the engine for that request (measured in
@@ -49,6 +50,7 @@ import json
 import multiprocessing
 import secrets
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -292,6 +294,23 @@ def measure(
     )
 
 
+def median_level(rounds: list[Level]) -> Level:
+    """Each column's median over repeated rounds of one level (one round: itself)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    columns: dict[str, Any] = {}
+    for name in Level.__dataclass_fields__:
+        values = [getattr(r, name) for r in rounds]
+        if name == "phase_cpu":
+            columns[name] = {k: statistics.median(v[k] for v in values) for k in values[0]}
+        elif name == "errors":
+            columns[name] = sum(values)
+        else:
+            columns[name] = statistics.median(values)
+    columns["concurrency"] = rounds[0].concurrency
+    return Level(**columns)
+
+
 def setup(base: Path, postgres: str) -> tuple[str, str]:
     """A fresh database (migrated) and the demo model: (database url, model dir)."""
     from hydrant.engine.demo_model import write_demo_model
@@ -344,6 +363,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 3 levels, few requests")
     parser.add_argument("--levels", help="concurrency levels, e.g. 1,4,16,64")
     parser.add_argument("--requests", type=int, help="requests per level")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each level this many times (each with its baseline) and print the"
+        " median of every column: on a noisy machine one run can be 30%% off",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the last level")
     parser.add_argument("--profile-out", help="with --profile: also write the pstats file here")
     parser.add_argument("--postgres", default="postgresql+asyncpg://postgres@127.0.0.1:5432")
@@ -405,7 +431,12 @@ def main(argv: list[str] | None = None) -> int:
                 profiling = args.profile and number == len(levels) - 1
                 if profiling:
                     harness.ask("profile_start")
-                level = measure(harness, base_url, key, concurrency, count, args.client)
+                level = median_level(
+                    [
+                        measure(harness, base_url, key, concurrency, count, args.client)
+                        for _ in range(args.rounds)
+                    ]
+                )
                 if profiling:
                     print(harness.ask("profile_stop"))
                 rows.append(level)
@@ -431,7 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ledger commit: {args.ledger_commit} (the entry is durable there before the 200)")
     print(f"client: {args.client}")
     print(f"engine: {args.engine}")
-    print(f"{count} requests per level, max_tokens 1; times in ms; ovh = client latency - engine;")
+    rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
+    print(
+        f"{count} requests per level{rounds}, max_tokens 1; times in ms;"
+        " ovh = client latency - engine;"
+    )
     print("own = ovh - the wait for the durable ledger write (ledger);")
     print("app = in the ASGI app - engine; eng = the same requests straight to the engine;")
     print("admit/settle = quota script (Redis) p50; ledger = the entry's durable write p50;")

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+import uvloop
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
@@ -176,3 +177,21 @@ async def test_only_tcp_urls_get_the_lean_client() -> None:
     assert isinstance(tcp._scripts, RedisScriptClient)
     await unix.aclose()
     await tcp.aclose()
+
+
+@pytest.mark.integration
+def test_calls_work_on_uvloop(redis_url: str) -> None:
+    """uvicorn runs the gateway on uvloop wherever it is installed; its transports differ."""
+
+    async def scenario() -> list[object]:
+        client = RedisScriptClient(redis_url)
+        try:
+            return list(
+                await asyncio.gather(*(client.evalsha(ECHO, ["k"], ["v", i]) for i in range(50)))
+            )
+        finally:
+            await client.aclose()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        replies = runner.run(scenario())
+    assert replies == [[b"k", b"v", 2 * i] for i in range(50)]
