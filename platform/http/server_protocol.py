@@ -43,6 +43,11 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "h11_max_incomplete_event_size": settings.max_header_bytes,  # the h11 fallback's bound
         "http": server_protocol(settings.header_read_timeout_s, settings.max_header_bytes),
         "server_header": False,
+        # Pinned, not uvicorn's "auto" (uvloop wherever it happens to be installed): the
+        # gateway runs on the same loop in every install and in bench/gateway.py. uvloop
+        # measured no faster here (bench/gateway.py, interleaved rounds); the network
+        # clients are tested on it too, for deployments that choose it.
+        "loop": "asyncio",
     }
 
 

@@ -31,6 +31,7 @@ def test_the_options_carry_the_settings_limits_and_the_httptools_protocol() -> N
     assert options["server_header"] is False
     assert options["access_log"] is False
     assert options["log_config"] is None  # logging is hydrant's own (redacted)
+    assert options["loop"] == "asyncio"  # not uvicorn's "auto": the same loop in every install
 
 
 def test_without_httptools_the_options_fall_back_to_the_h11_protocol(
