@@ -26,8 +26,8 @@ from hydrant.engine.worker.wire import (
 )
 from hydrant.platform.dispatch.stream_client import (
     StreamClient,
+    StreamClientError,
     StreamConnectError,
-    StreamLost,
     StreamSilent,
 )
 
@@ -77,12 +77,8 @@ class WorkerHttp:
         finished = False
         try:
             response = await self._stream.post(address, _encoder.encode(request))
-        except StreamConnectError as exc:
-            raise WorkerUnavailable("connect", str(exc)) from exc
-        except StreamSilent as exc:
-            raise WorkerUnavailable("silent", _SILENT) from exc
-        except StreamLost as exc:
-            raise WorkerUnavailable("lost", str(exc)) from exc
+        except StreamClientError as exc:
+            raise _stream_failure(exc) from exc
         try:
             if response.status != 200:
                 _raise_refusal(response.status, await response.read_all())
@@ -103,10 +99,8 @@ class WorkerHttp:
             raise WorkerUnavailable("lost", "the worker's stream ended before the request finished")
         except FrameError as exc:
             raise WorkerUnavailable("lost", f"garbled stream from the worker: {exc}") from exc
-        except StreamSilent as exc:
-            raise WorkerUnavailable("silent", _SILENT) from exc
-        except StreamLost as exc:
-            raise WorkerUnavailable("lost", str(exc)) from exc
+        except StreamClientError as exc:
+            raise _stream_failure(exc) from exc
         finally:
             response.release(finished)
 
@@ -133,6 +127,15 @@ class WorkerHttp:
     async def aclose(self) -> None:
         await self._stream.aclose()
         await self._client.aclose()
+
+
+def _stream_failure(exc: StreamClientError) -> WorkerUnavailable:
+    """The stream client's failure in dispatch's terms (the reason labels the retry metric)."""
+    if isinstance(exc, StreamConnectError):
+        return WorkerUnavailable("connect", str(exc))
+    if isinstance(exc, StreamSilent):
+        return WorkerUnavailable("silent", _SILENT)
+    return WorkerUnavailable("lost", str(exc))
 
 
 def _raise_refusal(status: int, body: bytes) -> NoReturn:
