@@ -15,7 +15,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -35,7 +34,7 @@ from hydrant.platform.quotas.checks import (
     validate_checks,
 )
 from hydrant.platform.quotas.redis_scripts import ADMIT, RENEW, SETTLE, USAGE
-from hydrant.platform.quotas.script_client import LuaScript, RedisScriptClient
+from hydrant.platform.quotas.script_client import LuaScript, RedisAddress, RedisScriptClient
 
 _ADMIT, _SETTLE, _RENEW, _USAGE = (LuaScript(s) for s in (ADMIT, SETTLE, RENEW, USAGE))
 
@@ -90,7 +89,7 @@ class RedisQuotaBackend:
             retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1), retries=1),
         )
         scripts: RedisScriptClient | None = None
-        if urlsplit(url).scheme in ("redis", "rediss"):  # else (unix://): redis-py runs them
+        if RedisAddress.speaks(url):  # else (unix://): redis-py runs them
             scripts = RedisScriptClient(url, timeout_s=1.0, connect_timeout_s=1.0)
         return cls(client, owns_client=True, scripts=scripts, **kwargs)
 

@@ -61,10 +61,15 @@ class RedisAddress:
     password: str | None
     tls: bool
 
+    @staticmethod
+    def speaks(url: str) -> bool:
+        """Whether this client can connect there: TCP (`redis://`, `rediss://`), not `unix://`."""
+        return urlsplit(url).scheme in ("redis", "rediss")
+
     @classmethod
     def from_url(cls, url: str) -> RedisAddress:
         parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss"):
+        if not cls.speaks(url):
             raise ValueError(f"unsupported Redis URL scheme {parts.scheme!r} (redis, rediss)")
         path = parts.path.strip("/")
         return cls(
