@@ -17,11 +17,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from ledger_requests import request_context
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from tcp_proxy import TcpProxy
 
-from hydrant.engine.protocol import RequestUsage, Sampling
+from hydrant.engine.protocol import RequestUsage
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db import migrate
@@ -29,7 +30,6 @@ from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import LedgerEntry, Tenant
 from hydrant.platform.db.session import Database
 from hydrant.platform.inference.accounting import Outcome, RequestContext
-from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
 from hydrant.platform.models.deployments import ensure_deployments
@@ -46,8 +46,7 @@ OUTCOME = Outcome(
 
 
 def _ctx(request_id: str) -> RequestContext:
-    prepared = PreparedRequest([1, 2, 3], Sampling(max_tokens=5), False, False)
-    return RequestContext(request_id, "ten_stall", None, "hyd_test_x", "demo", prepared)
+    return request_context(request_id, "ten_stall")
 
 
 @pytest.fixture()
