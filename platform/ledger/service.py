@@ -28,6 +28,7 @@ from hydrant.platform.db.session import Database
 from hydrant.platform.errors import ServiceUnavailable
 from hydrant.platform.inference.accounting import Outcome, RequestContext
 from hydrant.platform.ledger import repository
+from hydrant.platform.ledger.append_placement import AppendPlacement
 from hydrant.platform.ledger.group_commit import GroupCommit
 from hydrant.platform.ledger.pinned import PinnedWriter
 from hydrant.platform.ledger.repository import PriceVersion
@@ -114,6 +115,8 @@ class DatabaseLedger:
         self._slow_writes: set[asyncio.Future[None]] = set()
         self._commits = GroupCommit(self._flush)
         self._journal = GroupCommit(self._append_journal)  # group fsync (journal mode)
+        # Inline while the disk is fast; late-bound, so the spool's method is looked up per call.
+        self._journal_append = AppendPlacement(lambda raws: self.spool.append_many(raws))
         self._journal_waiting = asyncio.Event()  # entries in the journal for the mover
         self._replay_lock = asyncio.Lock()  # the mover and the outage replay take turns
         self._model_ids: dict[str, str] = {}
@@ -188,7 +191,7 @@ class DatabaseLedger:
             raise _unrecordable() from full
 
     async def _append_journal(self, raws: list[dict[str, Any]]) -> None:
-        await asyncio.to_thread(self.spool.append_many, raws)
+        await self._journal_append(raws)
         self._journal_waiting.set()  # here, not in `record`: its caller may be gone
 
     async def move_journal(self) -> None:
