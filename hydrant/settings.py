@@ -106,6 +106,7 @@ class Settings:
     worker_advertise_port: int = 0  # 0: the port it listens on (else: behind a proxy/NAT)
     worker_keepalive_s: float = 2.0  # empty frame on a silent generate stream
     worker_stream_idle_timeout_s: float = 30.0  # gateway: silent this long = worker lost
+    worker_max_streams: int = 1024  # gateway: generate streams open to one worker at once
     worker_heartbeat_s: float = 1.0
     worker_heartbeat_ttl_s: float = 5.0
     worker_drain_timeout_s: float = 30.0

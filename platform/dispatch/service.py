@@ -201,8 +201,12 @@ def build_pools(
             "HYDRANT_WORKER_STREAM_IDLE_TIMEOUT_S must be more than two keep-alive intervals"
             " (HYDRANT_WORKER_KEEPALIVE_S), or live streams of queued requests would be cut"
         )
+    if settings.worker_max_streams < 1:
+        raise ConfigurationError("HYDRANT_WORKER_MAX_STREAMS must be at least 1")
     http = WorkerHttp(
-        settings.worker_secret, stream_idle_timeout_s=settings.worker_stream_idle_timeout_s
+        settings.worker_secret,
+        stream_idle_timeout_s=settings.worker_stream_idle_timeout_s,
+        max_streams_per_worker=settings.worker_max_streams,
     )
     metrics = PoolMetrics()
     manager = PoolManager(

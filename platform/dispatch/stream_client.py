@@ -7,8 +7,16 @@ the response parsed by httptools (llhttp, in C: chunked and Content-Length
 bodies), the body handed to one consumer through a small buffer, and
 keep-alive connections pooled per worker address.
 
-Failures are reported as three exceptions the caller maps to its own terms:
-`StreamConnectError` (no connection), `StreamSilent` (nothing received for
+Connections per worker address are capped (`max_connections_per_address`,
+in use and idle together): a request that finds them all busy waits, first in
+first served, for one to come back to the pool or to close, and gives up
+after `pool_timeout_s`. Why a cap: nothing else bounds what the gateway sends
+one worker, and a burst would otherwise open a socket per request on both
+sides (httpx, which this replaced, capped at 4096 and waited the same way).
+
+Failures are reported as four exceptions the caller maps to its own terms:
+`StreamConnectError` (no connection), `StreamBusy` (every connection the cap
+allows stayed busy for `pool_timeout_s`), `StreamSilent` (nothing received for
 `idle_timeout_s` while the consumer waited) and `StreamLost` (the connection
 broke or the response was malformed). A reused keep-alive connection that
 fails before any response byte arrived (the worker closed it while idle) is
@@ -18,6 +26,7 @@ retried once on a fresh connection, as httpx does; never after response bytes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from typing import cast
 from urllib.parse import urlsplit
@@ -35,6 +44,10 @@ class StreamClientError(Exception):
 
 class StreamConnectError(StreamClientError):
     """No connection could be made (refused, unreachable, connect timeout)."""
+
+
+class StreamBusy(StreamClientError):
+    """Every connection the cap allows to the worker stayed in use for the pool timeout."""
 
 
 class StreamSilent(StreamClientError):
@@ -120,6 +133,7 @@ class StreamResponse(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._cancel_timers()
+        self._client._connection_closed(self)
         if not self._active:
             self._client._discard(self)
             return
@@ -292,6 +306,10 @@ class StreamResponse(asyncio.Protocol):
             self._linger = None
 
 
+def _closing(conn: StreamResponse) -> bool:
+    return cast(asyncio.Transport, conn._transport).is_closing()
+
+
 class StreamClient:
     """POSTs to one path of many workers, over keep-alive connections pooled per address.
 
@@ -306,7 +324,11 @@ class StreamClient:
         connect_timeout_s: float = 3.0,
         idle_timeout_s: float = 30.0,
         max_idle_per_address: int = 256,
+        max_connections_per_address: int = 1024,
+        pool_timeout_s: float = 30.0,
     ) -> None:
+        if max_connections_per_address < 1:
+            raise ValueError("max_connections_per_address must be at least 1")
         for name, value in fields.items():
             if any(c in name + value for c in "\r\n\0"):
                 raise ValueError(f"header {name!r} has a line break or NUL")
@@ -315,8 +337,14 @@ class StreamClient:
         self._connect_timeout_s = connect_timeout_s
         self._idle_timeout_s = idle_timeout_s
         self._max_idle = max_idle_per_address
+        self._max_open = max_connections_per_address
+        self._pool_timeout_s = pool_timeout_s
         self._targets: dict[str, _Target] = {}
         self._idle: dict[str, list[StreamResponse]] = {}
+        # Per address: connections open or being opened (counted until `connection_lost`),
+        # and the requests waiting for one, oldest first.
+        self._open: dict[str, int] = {}
+        self._waiters: dict[str, deque[asyncio.Future[StreamResponse | None]]] = {}
         self._closed = False
 
     async def post(self, address: str, body: bytes) -> StreamResponse:
@@ -328,19 +356,75 @@ class StreamClient:
         if target is None:
             target = self._targets[address] = _Target(address, self._path, self._fields)
         request = f"{target.head}{len(body)}\r\n\r\n".encode() + body
-        idle = self._idle.get(address)
-        while idle:
-            conn = idle.pop()
-            if conn.lost or cast(asyncio.Transport, conn._transport).is_closing():
-                continue
+        conn = self._take_idle(address)
+        reserved = False
+        if conn is None and self._open.get(address, 0) >= self._max_open:
+            conn = await self._wait_for_connection(address)  # pooled, or None: a slot freed
+            reserved = conn is None  # the freed slot is this request's: still counted
+        if conn is not None and (conn.lost or _closing(conn)):
+            conn = None  # closed while handed over; its own close freed its slot
+        if conn is not None:
             conn.reused = True
             try:
                 return await self._exchange(conn, request)
             except StreamLost:
                 if conn.got_bytes:
                     raise
-                break  # closed by the worker while idle: once more on a fresh connection
-        return await self._exchange(await self._connect(address, target), request)
+                # Closed by the worker while idle: once more on a fresh connection (the
+                # dead one's slot frees when asyncio reports its close: one over, briefly).
+        return await self._exchange(await self._connect(address, target, reserved), request)
+
+    def _take_idle(self, address: str) -> StreamResponse | None:
+        """A pooled connection to `address` that is still open, unless others wait for one."""
+        if self._waiters.get(address):
+            return None  # first in, first served: the waiters get released connections first
+        idle = self._idle.get(address)
+        while idle:
+            conn = idle.pop()
+            if not (conn.lost or _closing(conn)):
+                return conn
+        return None
+
+    async def _wait_for_connection(self, address: str) -> StreamResponse | None:
+        """Wait for a connection released to the pool (returned) or closed (None: open one)."""
+        waiter: asyncio.Future[StreamResponse | None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.setdefault(address, deque())
+        waiters.append(waiter)
+        handed: StreamResponse | None = None
+        try:
+            async with asyncio.timeout(self._pool_timeout_s):
+                handed = await waiter
+            return handed
+        except TimeoutError:
+            raise StreamBusy(
+                f"all {self._max_open} connections to the worker stayed busy for"
+                f" {self._pool_timeout_s:g} s"
+            ) from None
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+            with contextlib.suppress(ValueError):
+                waiters.remove(waiter)
+            if not waiters:
+                self._waiters.pop(address, None)
+            if handed is None and waiter.done() and not waiter.cancelled():
+                # Handed something but leaving anyway (cancelled or timed out as it came):
+                # pass it on, so no connection or slot is lost with this caller.
+                given = waiter.result()
+                if given is None:
+                    self._slot_freed(address)
+                else:
+                    self._pool(given)
+
+    def _hand_over(self, address: str, conn: StreamResponse | None) -> bool:
+        """Give a released connection (or a freed slot: None) to the oldest waiter, if any."""
+        waiters = self._waiters.get(address)
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return True
+        return False
 
     async def _exchange(self, conn: StreamResponse, request: bytes) -> StreamResponse:
         conn._send(request, self._idle_timeout_s)
@@ -351,17 +435,30 @@ class StreamClient:
             raise
         return conn
 
-    async def _connect(self, address: str, target: _Target) -> StreamResponse:
+    async def _connect(
+        self, address: str, target: _Target, reserved: bool = False
+    ) -> StreamResponse:
+        """A new connection; `reserved`: its slot was handed over (already counted)."""
         loop = asyncio.get_running_loop()
         conn = StreamResponse(self, address)
+        if not reserved:
+            self._open[address] = self._open.get(address, 0) + 1  # counted while it opens
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 await loop.create_connection(lambda: conn, target.host, target.port)
-        except (OSError, TimeoutError) as exc:
-            raise StreamConnectError(f"cannot reach the worker: {type(exc).__name__}") from exc
+        except BaseException as exc:
+            if conn._transport is None:  # never connected: no `connection_lost` will come
+                self._slot_freed(address)
+            else:  # connected as it was cancelled: close it (its close frees the slot)
+                conn.close()
+            if isinstance(exc, OSError | TimeoutError):
+                raise StreamConnectError(f"cannot reach the worker: {type(exc).__name__}") from exc
+            raise
         return conn
 
     def _pool(self, conn: StreamResponse) -> None:
+        if not self._closed and self._hand_over(conn._key, conn):
+            return
         idle = self._idle.get(conn._key)
         if idle is None:
             idle = self._idle[conn._key] = []
@@ -369,6 +466,25 @@ class StreamClient:
             conn.close()
         else:
             idle.append(conn)
+
+    def _connection_closed(self, conn: StreamResponse) -> None:
+        """A connection closed (`connection_lost`): its slot is free."""
+        self._slot_freed(conn._key)
+
+    def _slot_freed(self, address: str) -> None:
+        """A slot under the cap is free: the oldest waiter takes it over (the count stays),
+        else the count drops."""
+        if self._hand_over(address, None):
+            return
+        left = self._open.get(address, 0) - 1
+        if left > 0:
+            self._open[address] = left
+        else:
+            self._open.pop(address, None)
+
+    def open_connections(self, address: str) -> int:
+        """Connections to `address` open or opening, in use or idle (for tests and metrics)."""
+        return self._open.get(address, 0)
 
     def _discard(self, conn: StreamResponse) -> None:
         """An idle connection closed (by the worker, or by us): out of the pool."""

@@ -25,6 +25,7 @@ from hydrant.engine.worker.wire import (
     FrameReader,
 )
 from hydrant.platform.dispatch.stream_client import (
+    StreamBusy,
     StreamClient,
     StreamClientError,
     StreamConnectError,
@@ -52,10 +53,19 @@ class WorkerHttp:
     queues or prefills, so a stream silent for longer is a connection that died
     without a reset (a network partition, a half-open socket): the request is
     treated as lost then (retried if nothing was produced), not after minutes.
+
+    `max_streams_per_worker`: generate streams open to one worker at once; more
+    wait up to `pool_timeout_s` for one to end, then fail as `busy` (tried on
+    another worker, and the worker is not marked unreachable).
     """
 
     def __init__(
-        self, secret: str, read_timeout_s: float = 120.0, stream_idle_timeout_s: float = 30.0
+        self,
+        secret: str,
+        read_timeout_s: float = 120.0,
+        stream_idle_timeout_s: float = 30.0,
+        max_streams_per_worker: int = 1024,
+        pool_timeout_s: float = 30.0,
     ) -> None:
         self._headers = {SECRET_HEADER: secret}
         self._client = httpx.AsyncClient(
@@ -68,6 +78,8 @@ class WorkerHttp:
             connect_timeout_s=3.0,
             idle_timeout_s=stream_idle_timeout_s,
             max_idle_per_address=256,
+            max_connections_per_address=max_streams_per_worker,
+            pool_timeout_s=pool_timeout_s,
         )
 
     async def generate(
@@ -133,6 +145,8 @@ def _stream_failure(exc: StreamClientError) -> WorkerUnavailable:
     """The stream client's failure in dispatch's terms (the reason labels the retry metric)."""
     if isinstance(exc, StreamConnectError):
         return WorkerUnavailable("connect", str(exc))
+    if isinstance(exc, StreamBusy):  # the worker is not at fault: not marked unreachable
+        return WorkerUnavailable("busy", str(exc))
     if isinstance(exc, StreamSilent):
         return WorkerUnavailable("silent", _SILENT)
     return WorkerUnavailable("lost", str(exc))

@@ -34,7 +34,11 @@ from hydrant.engine.worker.wire import (
     StreamError,
     encode_frame,
 )
-from hydrant.platform.dispatch.stream_client import StreamClient, StreamSilent
+from hydrant.platform.dispatch.stream_client import (
+    StreamClient,
+    StreamConnectError,
+    StreamSilent,
+)
 from hydrant.platform.dispatch.worker_http import WorkerHttp, WorkerUnavailable
 
 SECRET = "s3cret"
@@ -443,11 +447,15 @@ async def test_keep_alive_frames_keep_a_slow_stream_alive(http: WorkerHttp) -> N
         assert (await collect(http, server.address))[-1].finished
 
 
-async def test_a_refused_port_is_connect(http: WorkerHttp) -> None:
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    error, _ = await failure(http, f"http://127.0.0.1:{port}")
+        return int(sock.getsockname()[1])
+
+
+async def test_a_refused_port_is_connect(http: WorkerHttp) -> None:
+    error, _ = await failure(http, f"http://127.0.0.1:{free_port()}")
     assert error.reason == "connect"
 
 
@@ -618,3 +626,125 @@ def test_on_uvloop(scenario: Callable[[WorkerHttp], Awaitable[None]]) -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run())
+
+
+# ---- the cap on connections per worker -----------------------------------------------------
+
+
+def gated_server(gate: asyncio.Event, close_after: bool = False) -> Handler:
+    """Answers each request once `gate` is set; `close_after`: then closes the connection."""
+
+    async def handler(
+        index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            await read_request(reader)
+            await gate.wait()
+            extra = b"connection: close\r\n" if close_after else b""
+            writer.write(sized(200, stream_body(1), extra))
+            await writer.drain()
+            if close_after:
+                return
+
+    return handler
+
+
+async def _post_and_read(client: StreamClient, address: str) -> bytes:
+    response = await client.post(address, b"{}")
+    try:
+        return await response.read_all()
+    finally:
+        response.release(True)
+
+
+async def test_requests_over_the_cap_wait_for_a_connection_and_reuse_it() -> None:
+    gate = asyncio.Event()
+    client = StreamClient("/generate", {}, max_connections_per_address=2)
+    try:
+        async with RawServer(gated_server(gate)) as server:
+            posts = [
+                asyncio.ensure_future(_post_and_read(client, server.address)) for _ in range(5)
+            ]
+            await asyncio.sleep(0.2)
+            assert server.accepted == 2  # the other three wait for one of these two
+            assert client.open_connections(server.address) == 2
+            assert not any(p.done() for p in posts)
+            gate.set()
+            bodies = await asyncio.wait_for(asyncio.gather(*posts), 5)
+            assert all(body == stream_body(1) for body in bodies)
+            assert server.accepted == 2  # every waiter got a released connection
+            assert client.idle_connections(server.address) == 2
+    finally:
+        await client.aclose()
+
+
+async def test_a_request_waiting_past_the_pool_timeout_is_busy_and_the_worker_not_blamed() -> None:
+    gate = asyncio.Event()
+    http = WorkerHttp(SECRET, max_streams_per_worker=1, pool_timeout_s=0.2)
+    try:
+        async with RawServer(gated_server(gate)) as server:
+            first = asyncio.ensure_future(collect(http, server.address))
+            await asyncio.sleep(0.05)
+            error, got = await failure(http, server.address)
+            assert (error.reason, got) == ("busy", 0)
+            assert "stayed busy" in error.message
+            gate.set()
+            assert (await asyncio.wait_for(first, 5))[-1].finished  # the held one still ends
+            assert server.accepted == 1
+            assert (await collect(http, server.address))[-1].finished  # and its slot is free
+            assert server.accepted == 1
+    finally:
+        await http.aclose()
+
+
+async def test_a_connection_that_closes_frees_its_slot_for_a_waiter() -> None:
+    gate = asyncio.Event()
+    client = StreamClient("/generate", {}, max_connections_per_address=1)
+    try:
+        async with RawServer(gated_server(gate, close_after=True)) as server:
+            posts = [
+                asyncio.ensure_future(_post_and_read(client, server.address)) for _ in range(3)
+            ]
+            await asyncio.sleep(0.1)
+            assert server.accepted == 1
+            gate.set()
+            await asyncio.wait_for(asyncio.gather(*posts), 5)
+            assert server.accepted == 3  # each closed after its answer: a new one per waiter
+            await asyncio.sleep(0.05)
+            assert client.open_connections(server.address) == 0
+    finally:
+        await client.aclose()
+
+
+async def test_a_waiter_that_gives_up_loses_no_slot() -> None:
+    gate = asyncio.Event()
+    client = StreamClient("/generate", {}, max_connections_per_address=1)
+    try:
+        async with RawServer(gated_server(gate)) as server:
+            first = asyncio.ensure_future(_post_and_read(client, server.address))
+            await asyncio.sleep(0.05)
+            quitter = asyncio.ensure_future(_post_and_read(client, server.address))
+            await asyncio.sleep(0.05)
+            quitter.cancel()  # the client of this request went away while it waited
+            with contextlib.suppress(asyncio.CancelledError):
+                await quitter
+            gate.set()
+            await asyncio.wait_for(first, 5)
+            assert await asyncio.wait_for(_post_and_read(client, server.address), 5)
+            assert server.accepted == 1
+            assert client.open_connections(server.address) == 1
+            assert client.idle_connections(server.address) == 1
+    finally:
+        await client.aclose()
+
+
+async def test_a_refused_connection_frees_its_slot() -> None:
+    client = StreamClient("/generate", {}, max_connections_per_address=1, pool_timeout_s=0.2)
+    try:
+        address = f"http://127.0.0.1:{free_port()}"
+        for _ in range(3):  # each attempt is refused, none waits for the slot of the last
+            with pytest.raises(StreamConnectError):
+                await client.post(address, b"{}")
+        assert client.open_connections(address) == 0
+    finally:
+        await client.aclose()
