@@ -80,6 +80,7 @@ class Settings:
     auth_block_s: float = 300.0
     trusted_proxies: str = ""
     cors_origins: str = ""
+    metrics_token: str | None = None  # set: GET /metrics needs `Authorization: Bearer <it>`
     default_max_tokens: int = 256
     price_input_per_mtok: Decimal = Decimal("0.10")
     price_cached_input_per_mtok: Decimal = Decimal("0.05")

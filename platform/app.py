@@ -29,7 +29,7 @@ from hydrant.platform.http.hardening import cors_config, hardening_middleware
 from hydrant.platform.http.openapi import declare_error_responses, openapi_config
 from hydrant.platform.http.request_id import add_request_id_header
 from hydrant.platform.inference.controllers import InferenceController
-from hydrant.platform.metrics import GatewayMetrics, metrics_route
+from hydrant.platform.metrics import GatewayMetrics, bearer_token_guard, metrics_route
 from hydrant.platform.reports.controllers import REPORT_CONTROLLERS
 from hydrant.settings import ModelSpec, Settings
 from hydrant.web import web_routes
@@ -75,7 +75,10 @@ def create_app(
         HealthController,
         *REPORT_CONTROLLERS,
         *DIGEST_CONTROLLERS,  # /admin/tenants/{id}/digest, /digests/unsubscribe
-        metrics_route(registries),
+        metrics_route(
+            registries,
+            guards=[bearer_token_guard(settings.metrics_token)] if settings.metrics_token else (),
+        ),
         *web_routes(),  # `/ui`: the admin and tenant pages (hydrant.web)
     ]
     if gateway is not None:

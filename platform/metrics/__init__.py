@@ -2,12 +2,18 @@
 
 from hydrant.platform.metrics.gateway import GatewayMetrics
 from hydrant.platform.metrics.metered_ledger import MeteredLedger
-from hydrant.platform.metrics.route import METRICS_CONTENT_TYPE, metrics_route, render_registries
+from hydrant.platform.metrics.route import (
+    METRICS_CONTENT_TYPE,
+    bearer_token_guard,
+    metrics_route,
+    render_registries,
+)
 
 __all__ = [
     "METRICS_CONTENT_TYPE",
     "GatewayMetrics",
     "MeteredLedger",
+    "bearer_token_guard",
     "metrics_route",
     "render_registries",
 ]

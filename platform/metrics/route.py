@@ -5,19 +5,30 @@ in-process engine has its own registry with the same metric names (told apart
 by their `model` label), and Prometheus rejects a second `# HELP`/`# TYPE` for
 one name, so the registries cannot simply be concatenated. The format is the
 text exposition format 0.0.4, which every Prometheus server reads.
-The route is open, like most exporters: it carries tenant ids and volumes, so
-expose the gateway's `/metrics` on the internal network only, or pass guards.
+It carries tenant ids and volumes. With `HYDRANT_METRICS_TOKEN` set, a scrape
+must send `Authorization: Bearer <token>` (what Prometheus's `authorization`
+scrape setting sends); without it the route is open, like most exporters, and
+belongs on the internal network only.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from litestar import Response, get
-from litestar.handlers import HTTPRouteHandler
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.types import Guard
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
+
+from hydrant.errors import ConfigurationError
+from hydrant.platform.errors import AuthenticationFailed
+
+# A scrape token shorter than this is refused at start: it could be guessed.
+MIN_TOKEN_CHARS = 16
 
 # Litestar appends the charset to `text/*` media types itself.
 _MEDIA_TYPE = "text/plain; version=0.0.4"
@@ -72,3 +83,30 @@ def metrics_route(
         return Response(render_registries(chosen), media_type=_MEDIA_TYPE)
 
     return metrics
+
+
+def bearer_token_guard(token: str) -> Guard:
+    """A guard admitting requests that carry `Authorization: Bearer <token>`.
+
+    The comparison is constant-time, so response timing does not reveal how much
+    of a guess matched.
+    """
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigurationError(
+            f"HYDRANT_METRICS_TOKEN must be at least {MIN_TOKEN_CHARS} characters; make one with"
+            ' python -c "import secrets; print(secrets.token_urlsafe(32))"'
+        )
+    expected = token.encode()
+
+    async def require_token(
+        connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
+    ) -> None:
+        scheme, _sep, given = connection.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+            raise AuthenticationFailed(
+                "this /metrics needs the scrape token:"
+                " Authorization: Bearer <HYDRANT_METRICS_TOKEN>",
+                code="invalid_metrics_token",
+            )
+
+    return require_token

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 from hydrant.engine.protocol import RequestUsage, Sampling
+from hydrant.errors import ConfigurationError
 from hydrant.platform.app import create_app
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
@@ -238,3 +239,26 @@ async def test_the_gateway_app_serves_metrics(data_dir: Path) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert "hydrant_ledger_spool_entries 3.0" in response.text
+
+
+async def test_with_a_metrics_token_a_scrape_must_carry_it(data_dir: Path) -> None:
+    token = "scrape-" + "x" * 24
+    app = create_app(load_settings({"HYDRANT_METRICS_TOKEN": token}, data_dir=data_dir), models=())
+    async with AsyncTestClient(app) as client:
+        anonymous = await client.get("/metrics")
+        wrong = await client.get("/metrics", headers={"Authorization": f"Bearer {token}y"})
+        basic = await client.get("/metrics", headers={"Authorization": f"Basic {token}"})
+        right = await client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+        health = await client.get("/healthz")  # probes stay open
+    for refused in (anonymous, wrong, basic):
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "invalid_metrics_token"
+        assert "hydrant_" not in refused.text
+    assert right.status_code == 200
+    assert "hydrant_ledger_spool_entries" in right.text
+    assert health.status_code == 200
+
+
+def test_a_short_metrics_token_is_refused_at_start(data_dir: Path) -> None:
+    with pytest.raises(ConfigurationError, match="at least 16 characters"):
+        create_app(load_settings({}, data_dir=data_dir, metrics_token="short"), models=())
