@@ -21,13 +21,14 @@ is sent (`HYDRANT_LEDGER_COMMIT`, default as the server's): PostgreSQL's
 commit (database), or the fsync'd local journal moved into PostgreSQL in
 batches (journal).
 
-`--engine` picks where the engine runs: in the gateway's process (the embedded
-default: its step thread shares the gateway's interpreter and GIL), or in one
-`hydrant worker` process that the gateway's local scaler starts and dispatches
-to over HTTP (worker pools, the production layout). In worker mode the engine
-clock runs while the gateway awaits the worker's stream, as LiteLLM's overhead
-header does around its LLM call; the gateway's own client work inside that
-wait shows in `cpu gw` / `cpu lp`, not in `ovh`.
+`--engine` picks where the engine runs: in one `hydrant worker` process that
+the gateway's local scaler starts and dispatches to over HTTP (worker pools,
+the production layout with Redis and PostgreSQL, and the default here), or in
+the gateway's process (the embedded layout: its step thread shares the
+gateway's interpreter and GIL, so the engine's Python work shows as overhead).
+In worker mode the engine clock runs while the gateway awaits the worker's
+stream, as LiteLLM's overhead header does around its LLM call; the gateway's
+own client work inside that wait shows in `cpu gw` / `cpu lp`, not in `ovh`.
 
 The client (`--client raw`, the default) is a minimal HTTP/1.1 keep-alive
 client on asyncio streams: one connection per concurrent client, the request
@@ -492,9 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine",
         choices=("inprocess", "worker"),
-        default="inprocess",
-        help="the engine in the gateway's process (embedded default) or in a `hydrant worker`"
-        " process the gateway dispatches to over HTTP (worker pools)",
+        default="worker",
+        help="the engine in a `hydrant worker` process the gateway dispatches to over HTTP"
+        " (worker pools, the default) or in the gateway's process (the embedded layout)",
     )
     parser.add_argument(
         "--client",
