@@ -1,4 +1,5 @@
-"""Routes: `/admin/tenants/{id}/digest` (admin keys) and `/digests/unsubscribe` (a mail link).
+"""Routes: `/admin/tenants/{id}/digest` and `/admin/digests/stuck` (admin keys), and
+`/digests/unsubscribe` (a mail link).
 
 The unsubscribe route takes no key: the signed token in the link is the
 proof. GET unsubscribes and shows a short page (the link in the mail); POST
@@ -19,7 +20,13 @@ from hydrant.platform.auth.dependencies import provide_admin_principal, require_
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.auth.secret import load_server_secret
 from hydrant.platform.digests.mailer import make_mailer
-from hydrant.platform.digests.schemas import DigestSettingsUpdate, DigestSettingsView
+from hydrant.platform.digests.schemas import (
+    DigestResend,
+    DigestSettingsUpdate,
+    DigestSettingsView,
+    StuckDigestList,
+    StuckDigestSend,
+)
 from hydrant.platform.digests.service import DigestService, DigestSettingsService
 from hydrant.platform.errors import InvalidRequest
 
@@ -66,14 +73,45 @@ class DigestAdminController(Controller):
         return await digest_settings.update(principal, tenant_id, data)
 
 
+def _digest_service(state: State) -> DigestService:
+    settings = state.settings
+    return DigestService(
+        state.database, settings, make_mailer(settings), load_server_secret(settings)
+    )
+
+
+class StuckDigestController(Controller):
+    """Digest sends a worker left `sending`: list them, and re-send one a person checked."""
+
+    path = "/admin/digests/stuck"
+    guards = [require_admin]
+
+    @get("/")
+    async def list_stuck(self, state: State) -> StuckDigestList:
+        sends = await _digest_service(state).stuck_sends()
+        return StuckDigestList(
+            data=[
+                StuckDigestSend(
+                    id=s.id,
+                    kind=s.kind,
+                    subject_id=s.subject_id,
+                    day=s.day,
+                    claimed_at=s.claimed_at,
+                )
+                for s in sends
+            ]
+        )
+
+    @post("/{send_id:str}/resend", status_code=200)
+    async def resend(self, state: State, send_id: FromPath[str]) -> DigestResend:
+        result = await _digest_service(state).resend_stuck(send_id)
+        return DigestResend(id=send_id, outcome=result.outcome, recipients=result.recipients)
+
+
 async def _unsubscribe(state: State, token: str | None) -> Response[str]:
     if not token:
         raise InvalidRequest("the unsubscribe link has no token", param="token")
-    settings = state.settings
-    service = DigestService(
-        state.database, settings, make_mailer(settings), load_server_secret(settings)
-    )
-    who = await service.unsubscribe(token)
+    who = await _digest_service(state).unsubscribe(token)
     return Response(_PAGE.format(email=escape(who.email)), media_type="text/html")
 
 
@@ -93,4 +131,4 @@ class UnsubscribeController(Controller):
         return await _unsubscribe(state, token)
 
 
-DIGEST_CONTROLLERS = (DigestAdminController, UnsubscribeController)
+DIGEST_CONTROLLERS = (DigestAdminController, StuckDigestController, UnsubscribeController)

@@ -110,6 +110,28 @@ async def release_claim(session: AsyncSession, claim_id: str) -> None:
     await session.execute(delete(DigestSend).where(DigestSend.id == claim_id))
 
 
+async def stuck_sends(session: AsyncSession, claimed_before: datetime) -> Sequence[DigestSend]:
+    """Claims still `sending` that were taken before `claimed_before`, oldest first."""
+    statement = (
+        select(DigestSend)
+        .where(DigestSend.status == "sending", DigestSend.claimed_at < claimed_before)
+        .order_by(DigestSend.claimed_at, DigestSend.id)
+    )
+    return (await session.scalars(statement)).all()
+
+
+async def get_send(session: AsyncSession, send_id: str) -> DigestSend | None:
+    return await session.get(DigestSend, send_id)
+
+
+async def release_stuck(session: AsyncSession, send_id: str) -> bool:
+    """Delete the claim if it is still `sending`; False when it changed or went meanwhile."""
+    result = await session.execute(
+        delete(DigestSend).where(DigestSend.id == send_id, DigestSend.status == "sending")
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
 async def sent_days(
     session: AsyncSession, kind: str, subject_ids: Sequence[str], days: Sequence[date]
 ) -> set[tuple[str, date]]:

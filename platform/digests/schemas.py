@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date, datetime
 from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -28,3 +29,28 @@ class DigestSettingsView(Struct, kw_only=True):
     timezone: str
     recipients: list[str]
     unsubscribed: list[str]
+
+
+class StuckDigestSend(Struct, kw_only=True):
+    """A digest claim left `sending` by a worker that stopped mid-send."""
+
+    object: Literal["digest_send"] = "digest_send"
+    id: str
+    kind: str  # "tenant" or "admin"
+    subject_id: str  # the tenant id, or "platform" for the admin digest
+    day: date
+    claimed_at: datetime
+
+
+class StuckDigestList(Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[StuckDigestSend]
+
+
+class DigestResend(Struct, kw_only=True):
+    """What re-sending a stuck digest did: `sent`, `skipped`, `no_recipients`, …"""
+
+    object: Literal["digest_resend"] = "digest_resend"
+    id: str
+    outcome: str
+    recipients: int

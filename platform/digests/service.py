@@ -7,6 +7,11 @@ claim and sends nothing. The claim is given back only when the mail server
 certainly accepted nothing, so a retry then sends it; if the worker dies
 mid-send the claim stays (`sending`) and the digest is not sent again: a
 missing digest can be re-sent by a person, a duplicate cannot be unsent.
+A claim still `sending` after `STUCK_AFTER` is such a case: the dispatcher
+logs it, an admin lists it (`GET /admin/digests/stuck`, `hydrant jobs
+stuck-digests`), checks the mail server's log for its Message-ID, and re-sends
+it (`POST /admin/digests/stuck/{id}/resend`), which releases the claim and
+sends that digest again at once, whatever its day.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.principal import CONSOLE, Principal
 from hydrant.platform.db.base import utcnow
-from hydrant.platform.db.models import DigestSettings, Tenant
+from hydrant.platform.db.models import DigestSend, DigestSettings, Tenant
 from hydrant.platform.db.session import Database
 from hydrant.platform.digests import repository
 from hydrant.platform.digests.budgets import budget_uses
@@ -42,7 +47,7 @@ from hydrant.platform.digests.mailer import Mailer, MailError
 from hydrant.platform.digests.render import build_message, render
 from hydrant.platform.digests.schemas import DigestSettingsUpdate, DigestSettingsView
 from hydrant.platform.digests.unsubscribe import Unsubscription, make_token, read_token
-from hydrant.platform.errors import InvalidRequest, NotFound
+from hydrant.platform.errors import Conflict, InvalidRequest, NotFound
 from hydrant.platform.reports.service import ReportService
 from hydrant.platform.tenants.repository import get_tenant, plan_of
 from hydrant.settings import Settings
@@ -53,6 +58,9 @@ ADMIN_SCOPE = "admin"  # the unsubscribe scope of the admin digest
 PLATFORM = "platform"  # the subject of the admin digest's send claims
 DEFAULT_SEND_HOUR = 8
 UTC_ZONE = ZoneInfo("UTC")
+# A send holds its claim for seconds (one SMTP session); one still `sending` after this
+# long belongs to a worker that stopped mid-send.
+STUCK_AFTER = timedelta(minutes=15)
 
 Outcome = Literal["sent", "skipped", "already_sent", "no_recipients"]
 
@@ -293,6 +301,49 @@ class DigestService:
                 message_id=str(messages[0]["Message-ID"]) if messages else None,
             )
         return SendResult("sent", delivered)
+
+    async def stuck_sends(self, now: datetime | None = None) -> list[DigestSend]:
+        """Claims left `sending` for longer than `STUCK_AFTER`, oldest first."""
+        moment = now or self.clock()
+        async with self.database.session() as session:
+            return list(await repository.stuck_sends(session, moment - STUCK_AFTER))
+
+    async def resend_stuck(self, send_id: str, now: datetime | None = None) -> SendResult:
+        """Release a stuck claim and send that digest again now (a person decided to).
+
+        Refused for a claim that is not `sending` (it finished: sent or skipped) or
+        not yet stuck (its send may still be running), so nothing here can mail a
+        digest twice that the system itself would not; two admins resending at
+        once release it once (the second finds the claim gone).
+        """
+        moment = now or self.clock()
+        async with self.database.session() as session:
+            claim = await repository.get_send(session, send_id)
+            if claim is None:
+                raise NotFound(f"no digest send {send_id!r}", param="send_id")
+            if claim.status != "sending":
+                raise Conflict(
+                    f"digest send {send_id} is {claim.status}, not stuck: nothing to resend",
+                    code="digest_not_stuck",
+                )
+            claimed_at = claim.claimed_at  # aware UTC on both databases (UTCDateTime)
+            if moment - claimed_at < STUCK_AFTER:
+                minutes = int(STUCK_AFTER.total_seconds() // 60)
+                raise Conflict(
+                    f"digest send {send_id} was claimed at {claimed_at.isoformat()} and may still"
+                    f" be sending; a send is stuck only after {minutes} minutes",
+                    code="digest_send_in_progress",
+                )
+            kind, subject_id, day = claim.kind, claim.subject_id, claim.day
+            if not await repository.release_stuck(session, send_id):
+                raise Conflict(f"digest send {send_id} changed meanwhile", code="digest_not_stuck")
+        log.warning(
+            "stuck digest released for resend",
+            extra={"send_id": send_id, "kind": kind, "subject": subject_id, "day": str(day)},
+        )
+        if kind == "tenant":
+            return await self.send_tenant_digest(subject_id, day)
+        return await self.send_admin_digest(day)
 
     async def due_digests(self, now: datetime | None = None) -> list[tuple[str, date]]:
         """(tenant, day) pairs whose send hour has come today and which were not sent yet.

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import date
 from typing import Any
 
 from hydrant.platform.jobs.context import Job, JobContext
+
+log = logging.getLogger(__name__)
 
 DISPATCH = "hydrant.digests.dispatch"
 SEND_TENANT = "hydrant.digests.send_tenant"
@@ -22,7 +25,17 @@ async def dispatch_digests(ctx: JobContext) -> dict[str, Any]:
     admin_day = await ctx.digests.admin_digest_due()
     if admin_day is not None:
         ctx.enqueue(SEND_ADMIN, {"day": admin_day.isoformat()})
-    return {"tenant_digests": len(due), "admin_digest": admin_day is not None}
+    stuck = await ctx.digests.stuck_sends()
+    if stuck:  # never re-sent on their own: a person checks and uses .../resend
+        log.warning(
+            "digest sends stuck in `sending` (GET /admin/digests/stuck)",
+            extra={"sends": [s.id for s in stuck]},
+        )
+    return {
+        "tenant_digests": len(due),
+        "admin_digest": admin_day is not None,
+        "stuck_sends": len(stuck),
+    }
 
 
 async def send_tenant_digest(ctx: JobContext, tenant_id: str, day: str) -> dict[str, Any]:

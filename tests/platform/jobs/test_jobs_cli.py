@@ -28,6 +28,7 @@ def test_jobs_run_sends_due_digests_to_the_outbox(tmp_path: Path) -> None:
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
         "tenant_digests": 0,
         "admin_digest": True,
+        "stuck_sends": 0,
     }
     [eml] = (tmp_path / "outbox").glob("*.eml")  # the admin digest it enqueued ran too
     message = email.message_from_bytes(eml.read_bytes(), policy=email.policy.default)
@@ -83,3 +84,17 @@ def test_jobs_digest_shows_and_changes_a_tenants_digest(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "IANA" in bad.output
     missing = runner.invoke(cli, ["jobs", "digest", "nobody"], env=env)
     assert missing.exit_code == 2 and "no tenant" in missing.output
+
+
+def test_stuck_digests_lists_nothing_on_a_new_install_and_refuses_an_unknown_send(
+    tmp_path: Path,
+) -> None:
+    env = {"HYDRANT_DATA_DIR": str(tmp_path), "HYDRANT_LOG_FORMAT": "text"}
+    runner = CliRunner()
+    assert runner.invoke(cli, ["migrate"], env=env).exit_code == 0
+    listed = runner.invoke(cli, ["jobs", "stuck-digests"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout.strip() == ""
+    unknown = runner.invoke(cli, ["jobs", "stuck-digests", "--resend", "dgs_nope"], env=env)
+    assert unknown.exit_code == 2
+    assert "no digest send 'dgs_nope'" in unknown.output
