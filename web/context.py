@@ -26,6 +26,8 @@ from hydrant.platform.auth.service import Authenticator
 from hydrant.platform.auth.service import _principal as principal_of_record
 from hydrant.web import csrf
 from hydrant.web.rendering import render_template
+from hydrant.web.reveal import REVEAL_PATH, Reveal, cookie_name, seal, unseal
+from hydrant.web.reveal import TTL_S as REVEAL_TTL_S
 from hydrant.web.session import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -66,11 +68,16 @@ class CsrfRefused(Exception):
 class WebKeys:
     session: bytes
     csrf: bytes
+    reveal: bytes  # AES-256-GCM key of the cookie that carries a new key's secret
 
     @classmethod
     def of(cls, authenticator: Authenticator) -> WebKeys:
         secret = authenticator.server_secret
-        return cls(session=derive_key(secret, "session"), csrf=derive_key(secret, "csrf"))
+        return cls(
+            session=derive_key(secret, "session"),
+            csrf=derive_key(secret, "csrf"),
+            reveal=derive_key(secret, "reveal"),
+        )
 
 
 @dataclass
@@ -113,11 +120,11 @@ class Page:
         if not csrf.token_valid(self.keys.csrf, cookie, self.sid, submitted):
             raise CsrfRefused
 
-    def cookie(self, name: str, value: str, *, max_age: int | None) -> Cookie:
+    def cookie(self, name: str, value: str, *, max_age: int | None, path: str = "/ui") -> Cookie:
         return Cookie(
             key=name,
             value=value,
-            path="/ui",
+            path=path,
             httponly=True,
             samesite="lax",
             secure=self.secure,
@@ -153,6 +160,22 @@ class Page:
             **context,
         )
         return self.respond(Response(html, status_code=status, media_type="text/html"))
+
+    def reveal_once(self, reveal: Reveal) -> Response[str]:
+        """Redirect to the one showing of a new key's secret, which travels sealed in a cookie."""
+        token, sealed = seal(reveal, key=self.keys.reveal, sid=self.sid)
+        self.cookies.append(
+            self.cookie(cookie_name(token), sealed, max_age=REVEAL_TTL_S, path=REVEAL_PATH)
+        )
+        return self.redirect(f"{REVEAL_PATH}/{token}")
+
+    def take_reveal(self, token: str) -> Reveal | None:
+        """The secret for the reveal page `token`, once: its cookie is deleted as it is read."""
+        name = cookie_name(token)
+        value = self.request.cookies.get(name)
+        if value is not None:
+            self.cookies.append(self.cookie(name, "", max_age=0, path=REVEAL_PATH))
+        return unseal(value, key=self.keys.reveal, sid=self.sid, token=token)
 
     def redirect(self, location: str) -> Response[str]:
         return self.respond(

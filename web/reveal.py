@@ -1,23 +1,37 @@
-"""A new key's secret, held for one showing and then forgotten.
+"""A new key's secret, carried sealed to its one showing and then forgotten.
 
 Why not render the secret in the POST's response: reloading that page would
-post again and make another key. The POST stores the secret here and
-redirects; the first GET of the reveal page takes it out, so reloading shows
-"already shown" and the secret exists nowhere on the server any more. Held in
-this process only (for at most `TTL_S`), bound to the session that made it:
-behind several gateways, /ui needs session affinity for this one redirect,
-or the page says the key was made but can no longer be shown (rotate it).
+post again and make another key. So the POST redirects to the reveal page,
+and the secret travels to it in a cookie of its own: encrypted and
+authenticated (AES-256-GCM under a key derived from the server secret),
+bound to the session that made it, valid for `TTL_S`, sent only to that
+reveal page (`Path`), never readable by scripts (`HttpOnly`). The page deletes
+the cookie as it shows the secret, so a reload says "already shown".
+
+Why a cookie and not a store on the server: gateways are stateless and
+several serve one site (the Kubernetes manifests run more than one), so the
+redirect may reach another gateway than the POST did; every gateway holding
+the server secret can open the cookie, and no server ever keeps the secret.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import secrets
-import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-TTL_S = 600.0
-MAX_HELD = 1000
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+TTL_S = 600
+REVEAL_PATH = "/ui/keys/shown"
+COOKIE_PREFIX = "hydrant_reveal_"
+_VERSION = b"v1"
+_NONCE_BYTES = 12
+_MAX_COOKIE_CHARS = 2048
 
 
 @dataclass(frozen=True)
@@ -29,30 +43,45 @@ class Reveal:
     action: str  # "created" or "rotated"
 
 
-class RevealStore:
-    def __init__(self) -> None:
-        self._held: dict[tuple[str, str], tuple[float, Reveal]] = {}
-        self._lock = threading.Lock()
-
-    def put(self, sid: str, reveal: Reveal) -> str:
-        token = secrets.token_urlsafe(24)
-        now = time.monotonic()
-        with self._lock:
-            self._expire(now)
-            while len(self._held) >= MAX_HELD:
-                self._held.pop(next(iter(self._held)))
-            self._held[(sid, token)] = (now, reveal)
-        return token
-
-    def take(self, sid: str, token: str) -> Reveal | None:
-        with self._lock:
-            self._expire(time.monotonic())
-            held = self._held.pop((sid, token), None)
-        return None if held is None else held[1]
-
-    def _expire(self, now: float) -> None:
-        for key in [k for k, (at, _) in self._held.items() if now - at > TTL_S]:
-            del self._held[key]
+def cookie_name(token: str) -> str:
+    """One cookie per reveal, so two keys made in two tabs are each shown."""
+    return COOKIE_PREFIX + token
 
 
-REVEALS = RevealStore()
+def _aad(sid: str, token: str) -> bytes:
+    return b"hydrant-web-reveal|" + _VERSION + b"|" + sid.encode() + b"|" + token.encode()
+
+
+def seal(reveal: Reveal, *, key: bytes, sid: str, now: float | None = None) -> tuple[str, str]:
+    """(token, cookie value): the token names the reveal page, the value carries the secret."""
+    token = secrets.token_urlsafe(12)
+    expires = int(time.time() if now is None else now) + TTL_S
+    plain = json.dumps({**asdict(reveal), "expires": expires}, separators=(",", ":")).encode()
+    nonce = os.urandom(_NONCE_BYTES)
+    sealed = nonce + AESGCM(key).encrypt(nonce, plain, _aad(sid, token))
+    return token, base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
+
+
+def unseal(
+    value: str | None, *, key: bytes, sid: str, token: str, now: float | None = None
+) -> Reveal | None:
+    """The reveal in a cookie value; None for a missing, forged, foreign or expired one."""
+    if not value or len(value) > _MAX_COOKIE_CHARS or not sid:
+        return None
+    try:
+        sealed = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        nonce, body = sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:]
+        raw = json.loads(AESGCM(key).decrypt(nonce, body, _aad(sid, token)))
+        reveal = Reveal(
+            secret=str(raw["secret"]),
+            key_id=str(raw["key_id"]),
+            key_prefix=str(raw["key_prefix"]),
+            tenant_id=None if raw["tenant_id"] is None else str(raw["tenant_id"]),
+            action=str(raw["action"]),
+        )
+        expires = int(raw["expires"])
+    except (InvalidTag, ValueError, KeyError, TypeError):
+        return None
+    if expires <= (time.time() if now is None else now):
+        return None
+    return reveal

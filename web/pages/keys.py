@@ -15,7 +15,7 @@ from hydrant.platform.keys.schemas import DEFAULT_GRACE_S, MAX_GRACE_S
 from hydrant.platform.keys.service import KeyService
 from hydrant.web.context import Page
 from hydrant.web.forms import read_form
-from hydrant.web.reveal import REVEALS, Reveal
+from hydrant.web.reveal import Reveal
 
 
 class KeyPagesController(Controller):
@@ -52,15 +52,12 @@ class KeyPagesController(Controller):
                 f"The grace period is 0 to {MAX_GRACE_S // 3600} hours", param="grace_hours"
             )
         new, secret, _old = await keys.rotate(principal, key_id, grace=timedelta(hours=hours))
-        token = REVEALS.put(
-            page.sid, Reveal(secret, new.id, new.prefix, new.tenant_id, action="rotated")
-        )
-        return page.redirect(f"/ui/keys/shown/{token}")
+        return page.reveal_once(Reveal(secret, new.id, new.prefix, new.tenant_id, action="rotated"))
 
     @get("/shown/{token:str}")
     async def shown(self, token: FromPath[str], page: NamedDependency[Page]) -> Response[str]:
         page.admin()
-        reveal = REVEALS.take(page.sid, token)
+        reveal = page.take_reveal(token)
         if reveal is None:
             return page.render(
                 "key_gone.html",

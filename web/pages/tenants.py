@@ -24,7 +24,7 @@ from hydrant.platform.tenants.schemas import TenantCreate, TenantUpdate
 from hydrant.platform.tenants.service import TenantService
 from hydrant.web.context import Page
 from hydrant.web.forms import convert, read_form
-from hydrant.web.reveal import REVEALS, Reveal
+from hydrant.web.reveal import Reveal
 
 PAGE_SIZE = 100
 NOTICES = {
@@ -179,10 +179,7 @@ class TenantPagesController(Controller):
             return await _render_detail(
                 page, tenant_id, tenants, plans, keys, error=exc.message, status=exc.status
             )
-        token = REVEALS.put(
-            page.sid, Reveal(secret, key.id, key.prefix, key.tenant_id, action="created")
-        )
-        return page.redirect(f"/ui/keys/shown/{token}")
+        return page.reveal_once(Reveal(secret, key.id, key.prefix, key.tenant_id, action="created"))
 
 
 async def _render_list(
