@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
 from digest_factories import World, make_ledger, make_world, record
 from smtp_inbox import SmtpServer
 from sqlalchemy import select, update
@@ -18,15 +16,6 @@ from hydrant.platform.jobs.scheduler import EmbeddedScheduler
 from hydrant.settings import load_settings
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture()
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()
 
 
 async def world_with_budget(db: Database) -> World:

@@ -7,7 +7,6 @@ tenant's local day (summed here in Python), not against the report code.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -39,15 +38,6 @@ from hydrant.platform.digests.service import DigestService
 from hydrant.settings import Settings, load_settings
 
 SECRET = b"digest-test-secret-0123456789abcdef"
-
-
-@pytest.fixture()
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()
 
 
 def settings_for(smtp: SmtpServer, data_dir: Path, **extra: object) -> Settings:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-import pytest
 from digest_factories import make_world
 
 from hydrant.platform.db.models import DigestSettings
@@ -14,15 +12,6 @@ from hydrant.platform.db.session import Database
 from hydrant.platform.digests.mailer import OutboxMailer
 from hydrant.platform.digests.service import DigestService
 from hydrant.settings import load_settings
-
-
-@pytest.fixture()
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()
 
 
 async def test_due_digests_by_local_hour_zone_and_creation(db: Database, data_dir: Path) -> None:

@@ -29,15 +29,6 @@ from hydrant.platform.errors import Conflict, NotFound
 LATER = STUCK_AFTER + timedelta(minutes=1)
 
 
-@pytest.fixture()
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()
-
-
 async def _claims(db: Database) -> list[DigestSend]:
     async with db.session() as session:
         return list(await session.scalars(select(DigestSend)))

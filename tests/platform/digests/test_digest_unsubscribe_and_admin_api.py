@@ -24,15 +24,6 @@ async def cp(database_url: str, data_dir: Path) -> AsyncIterator[ControlPlane]:
         yield plane
 
 
-@pytest.fixture()
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()
-
-
 async def test_digest_settings_route_is_admin_only_and_validates(cp: ControlPlane) -> None:
     tenant, tenant_secret = await cp.tenant_with_key("acme")
     path = f"/admin/tenants/{tenant['id']}/digest"
