@@ -19,6 +19,11 @@ import click
     envvar="HYDRANT_PREFLIGHT_ADMIN_KEY",
     help="An admin key (or HYDRANT_PREFLIGHT_ADMIN_KEY, which keeps it out of `ps`).",
 )
+@click.option(
+    "--metrics-token",
+    envvar="HYDRANT_PREFLIGHT_METRICS_TOKEN",
+    help="The deployment's HYDRANT_METRICS_TOKEN, when its /metrics requires one.",
+)
 @click.option("--model", help="Model to check (default: the first one /v1/models lists).")
 @click.option(
     "--log-file",
@@ -62,6 +67,7 @@ import click
 def preflight(
     url: str,
     admin_key: str,
+    metrics_token: str | None,
     model: str | None,
     log_file: Path | None,
     infra_dir: Path | None,
@@ -94,6 +100,7 @@ def preflight(
             )
     options = PreflightOptions(
         model=model,
+        metrics_token=metrics_token,
         log_file=log_file,
         infra_dir=infra_dir,
         only=chosen,

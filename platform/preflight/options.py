@@ -9,6 +9,7 @@ from pathlib import Path
 @dataclass(frozen=True)
 class PreflightOptions:
     model: str | None = None
+    metrics_token: str | None = None  # sent to /metrics when the deployment requires one
     log_file: Path | None = None
     infra_dir: Path | None = None  # PrometheusRule and Grafana files; `./infra` when it exists
     only: frozenset[str] | None = None  # run only these checks (by name)

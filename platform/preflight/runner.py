@@ -49,7 +49,7 @@ async def run_preflight(
     options: PreflightOptions,
     progress: Progress = lambda _: None,
 ) -> list[CheckResult]:
-    session = PreflightSession(url, admin_key)
+    session = PreflightSession(url, admin_key, metrics_token=options.metrics_token)
     try:
         progress(f"connecting to {url}, creating a throwaway tenant")
         await session.open(options.model)

@@ -53,6 +53,7 @@ class PreflightSession:
     url: str
     admin_key: str
     timeout_s: float = 120.0
+    metrics_token: str | None = None  # the deployment's HYDRANT_METRICS_TOKEN, when it has one
     model: str = ""
     tenant_id: str = ""
     key: str = ""
@@ -208,7 +209,15 @@ class PreflightSession:
     # --- observation --------------------------------------------------------------------
 
     async def scrape(self) -> Scrape:
-        response = await self.http.get("/metrics")
+        headers = {}
+        if self.metrics_token:
+            headers["Authorization"] = f"Bearer {self.metrics_token}"
+        response = await self.http.get("/metrics", headers=headers)
+        if response.status_code == 401:
+            raise PreflightError(
+                "/metrics refused the scrape (401): the deployment sets HYDRANT_METRICS_TOKEN;"
+                " pass the same token with --metrics-token or HYDRANT_PREFLIGHT_METRICS_TOKEN"
+            )
         response.raise_for_status()
         return Scrape.parse(response.text)
 

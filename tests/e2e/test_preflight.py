@@ -116,7 +116,12 @@ def test_preflight_fails_when_max_num_seqs_cannot_fit(tmp_path: Path, demo_model
     """256 sequences configured (the default) over 32 MiB of KV: 1024 blocks."""
     data = tmp_path / "data"
     data.mkdir()
-    env = {"HYDRANT_KV_CACHE_BYTES": str(32 * 2**20), "HYDRANT_MAX_NUM_SEQS": "256"}
+    token = "preflight-scrape-token-0123456789"
+    env = {
+        "HYDRANT_KV_CACHE_BYTES": str(32 * 2**20),
+        "HYDRANT_MAX_NUM_SEQS": "256",
+        "HYDRANT_METRICS_TOKEN": token,  # and its /metrics wants a scrape token
+    }
     with hydrant_server(data, demo_model_dir, env=env) as server:
         table = preflight(server, "--only", "capacity sanity,cold start")
         assert table.returncode == 1, table.stdout + table.stderr
@@ -131,6 +136,13 @@ def test_preflight_fails_when_max_num_seqs_cannot_fit(tmp_path: Path, demo_model
         unknown = preflight(server, "--only", "warp drive")
         assert unknown.returncode == 2
         assert "unknown checks: warp drive" in unknown.stderr
+
+        only = ("--json", "--only", "metrics completeness")
+        [no_token] = json.loads(preflight(server, *only).stdout)["checks"]
+        assert no_token["status"] == "FAIL" and "--metrics-token" in no_token["detail"]
+        with_token = preflight(server, *only, "--metrics-token", token)
+        [check] = json.loads(with_token.stdout)["checks"]
+        assert check["status"] == "PASS", check
 
 
 def test_preflight_refuses_a_wrong_admin_key(tmp_path: Path, demo_model_dir: Path) -> None:
