@@ -17,7 +17,6 @@ import asyncio
 import cProfile
 import dataclasses
 import io
-import logging
 import pstats
 import time
 import uuid
@@ -33,6 +32,7 @@ from hydrant.engine.protocol import (
     GenerateRequest,
     Sampling,
 )
+from hydrant.logs import configure_logging
 from hydrant.platform.inference.accounting import (
     Admission,
     Gatekeeper,
@@ -322,7 +322,9 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
 
 def run_gateway(conn: Connection, config: dict[str, Any]) -> None:
     """The child process's entry point (multiprocessing, spawn)."""
-    logging.basicConfig(level=logging.WARNING)
+    # Logging as `hydrant serve` sets it up (INFO, JSON, redacted; HYDRANT_LOG_FILE), so each
+    # request's "request finished" line is part of what is measured, as in production.
+    configure_logging("INFO", "json", Path(config["data_dir"]) / "gateway.log")
     try:
         asyncio.run(_serve(conn, config))
     except BaseException as exc:
