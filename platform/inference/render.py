@@ -146,8 +146,24 @@ async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Com
     )
 
 
+# Characters JSON may carry raw inside strings but that line splitters other than the SSE
+# spec's treat as line ends (Python's str.splitlines, hence httpx's iter_lines; JavaScript
+# before ES2019 for U+2028/9): written escaped, an event is one line for every client.
+# In UTF-8 these byte runs can only be these characters, so the swap cannot touch others.
+_LINE_BREAKERS = (
+    (b"\xc2\x85", b"\\u0085"),
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+)
+
+
 def sse(payload: object) -> bytes:
-    return b"data: " + _encoder.encode(payload) + b"\n\n"
+    """One SSE event: `data: <JSON>` on a single line, whatever text the tokens decode to."""
+    data = _encoder.encode(payload)
+    for raw, escaped in _LINE_BREAKERS:
+        if raw in data:
+            data = data.replace(raw, escaped)
+    return b"data: " + data + b"\n\n"
 
 
 DONE = b"data: [DONE]\n\n"
