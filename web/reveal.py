@@ -16,7 +16,6 @@ the server secret can open the cookie, and no server ever keeps the secret.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import secrets
@@ -25,6 +24,8 @@ from dataclasses import asdict, dataclass
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from hydrant.b64url import b64url_decode, b64url_encode
 
 TTL_S = 600
 REVEAL_PATH = "/ui/keys/shown"
@@ -59,7 +60,7 @@ def seal(reveal: Reveal, *, key: bytes, sid: str, now: float | None = None) -> t
     plain = json.dumps({**asdict(reveal), "expires": expires}, separators=(",", ":")).encode()
     nonce = os.urandom(_NONCE_BYTES)
     sealed = nonce + AESGCM(key).encrypt(nonce, plain, _aad(sid, token))
-    return token, base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
+    return token, b64url_encode(sealed)
 
 
 def unseal(
@@ -69,7 +70,7 @@ def unseal(
     if not value or len(value) > _MAX_COOKIE_CHARS or not sid:
         return None
     try:
-        sealed = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        sealed = b64url_decode(value)
         nonce, body = sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:]
         raw = json.loads(AESGCM(key).decrypt(nonce, body, _aad(sid, token)))
         reveal = Reveal(

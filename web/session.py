@@ -11,7 +11,6 @@ anyone from minting a cookie for a key they never held.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -19,6 +18,8 @@ import secrets
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from hydrant.b64url import b64url_decode, b64url_encode
 
 SESSION_COOKIE = "hydrant_session"
 CSRF_COOKIE = "hydrant_csrf"
@@ -51,18 +52,10 @@ class SessionData:
         )
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def encode_session(data: SessionData, key: bytes) -> str:
-    payload = _b64(json.dumps(asdict(data), separators=(",", ":")).encode())
+    payload = b64url_encode(json.dumps(asdict(data), separators=(",", ":")).encode())
     body = f"{_VERSION}.{payload}"
-    signature = _b64(hmac.new(key, body.encode(), hashlib.sha256).digest())
+    signature = b64url_encode(hmac.new(key, body.encode(), hashlib.sha256).digest())
     return f"{body}.{signature}"
 
 
@@ -74,11 +67,11 @@ def decode_session(cookie: str | None, key: bytes, now: float | None = None) -> 
     if len(parts) != 3 or parts[0] != _VERSION:
         return None
     body = f"{parts[0]}.{parts[1]}"
-    expected = _b64(hmac.new(key, body.encode(), hashlib.sha256).digest())
+    expected = b64url_encode(hmac.new(key, body.encode(), hashlib.sha256).digest())
     if not hmac.compare_digest(expected, parts[2]):
         return None
     try:
-        raw: Any = json.loads(_unb64(parts[1]))
+        raw: Any = json.loads(b64url_decode(parts[1]))
         data = SessionData(
             sid=str(raw["sid"]),
             key_id=str(raw["key_id"]),

@@ -7,12 +7,12 @@ server secret means nobody can unsubscribe someone else by editing the link.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
 from dataclasses import dataclass
 
+from hydrant.b64url import b64url_decode, b64url_encode
 from hydrant.platform.errors import InvalidRequest
 
 _CONTEXT = b"hydrant-digest-unsubscribe:"  # keeps these MACs apart from the key hashes
@@ -24,21 +24,13 @@ class Unsubscription:
     email: str
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def _mac(secret: bytes, payload: bytes) -> bytes:
     return hmac.new(secret, _CONTEXT + payload, hashlib.sha256).digest()
 
 
 def make_token(secret: bytes, scope: str, email: str) -> str:
     payload = json.dumps({"s": scope, "e": email}, separators=(",", ":")).encode("utf-8")
-    return f"{_b64(payload)}.{_b64(_mac(secret, payload))}"
+    return f"{b64url_encode(payload)}.{b64url_encode(_mac(secret, payload))}"
 
 
 def read_token(secret: bytes, token: str) -> Unsubscription:
@@ -48,7 +40,7 @@ def read_token(secret: bytes, token: str) -> Unsubscription:
     if not dot or len(token) > 2000:
         raise bad
     try:
-        payload, mac = _unb64(head), _unb64(tail)
+        payload, mac = b64url_decode(head), b64url_decode(tail)
     except (ValueError, TypeError):
         raise bad from None
     if not hmac.compare_digest(mac, _mac(secret, payload)):
