@@ -133,7 +133,7 @@ class StreamResponse(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._cancel_timers()
-        self._client._connection_closed(self)
+        self._client._slot_freed(self._key)  # whatever its state, a closed one frees its slot
         if not self._active:
             self._client._discard(self)
             return
@@ -466,10 +466,6 @@ class StreamClient:
             conn.close()
         else:
             idle.append(conn)
-
-    def _connection_closed(self, conn: StreamResponse) -> None:
-        """A connection closed (`connection_lost`): its slot is free."""
-        self._slot_freed(conn._key)
 
     def _slot_freed(self, address: str) -> None:
         """A slot under the cap is free: the oldest waiter takes it over (the count stays),
