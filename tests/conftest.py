@@ -9,10 +9,14 @@ from __future__ import annotations
 import glob
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from hydrant.platform.db.session import Database
 
 # Triton reads TRITON_INTERPRET when a kernel is decorated, i.e. when any module that
 # defines one is first imported, which other folders' tests may do before
@@ -111,6 +115,18 @@ def database_url(empty_database_url: str) -> str:
 
     migrate.upgrade(empty_database_url)
     return empty_database_url
+
+
+@pytest.fixture()
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """A `Database` on that migrated database, disposed after the test."""
+    from hydrant.platform.db.session import Database
+
+    database = Database(database_url)
+    try:
+        yield database
+    finally:
+        await database.dispose()
 
 
 @pytest.fixture(scope="session")

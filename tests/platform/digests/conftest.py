@@ -1,10 +1,9 @@
-"""Fixtures: a real SMTP server, the database of the backend under test, and the helpers of
-this folder and the auth tests on sys.path."""
+"""Fixtures: a real SMTP server, and the helpers of this folder and the auth tests on sys.path."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,8 @@ sys.path.insert(0, str(HERE.parent / "auth"))
 
 from smtp_inbox import SmtpServer, smtp_server  # noqa: E402
 
-from hydrant.platform.db.session import Database  # noqa: E402
-
 
 @pytest.fixture()
 def smtp(tmp_path: Path) -> Iterator[SmtpServer]:
     with smtp_server(tmp_path) as server:
         yield server
-
-
-@pytest.fixture()
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()

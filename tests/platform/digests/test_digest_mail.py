@@ -152,17 +152,22 @@ class CrashAfterSending:
         raise RuntimeError("worker lost after the server accepted the mail")
 
 
-async def test_a_worker_dying_after_sending_does_not_send_again_on_retry(
-    db: Database, smtp: SmtpServer, data_dir: Path
-) -> None:
+async def send_cut_short(db: Database, smtp: SmtpServer, data_dir: Path) -> tuple[World, Settings]:
+    """A tenant with a day of traffic whose digest the server accepted as the worker died."""
     world = await make_world(db, recipients=["ops@acme.test"])
     await random_traffic(make_ledger(db, data_dir), world)
     settings = settings_for(smtp, data_dir)
     real = SmtpMailer.from_url(smtp.url())
     dying = DigestService(db, settings, CrashAfterSending(real), SECRET, clock=lambda: SEND_AT)
-
     with pytest.raises(RuntimeError):
         await dying.send_tenant_digest(world.tenant_id, DAY)
+    return world, settings
+
+
+async def test_a_worker_dying_after_sending_does_not_send_again_on_retry(
+    db: Database, smtp: SmtpServer, data_dir: Path
+) -> None:
+    world, settings = await send_cut_short(db, smtp, data_dir)
     retry = await service(db, settings).send_tenant_digest(world.tenant_id, DAY)
 
     assert retry.outcome == "already_sent"

@@ -14,16 +14,15 @@ from pathlib import Path
 
 import pytest
 from control_plane_helpers import ControlPlane, bearer, control_plane
-from digest_factories import DAY, SEND_AT, make_ledger, make_world, random_traffic
+from digest_factories import DAY
 from smtp_inbox import SmtpServer
 from sqlalchemy import select
-from test_digest_mail import SECRET, CrashAfterSending, service, settings_for
+from test_digest_mail import send_cut_short, service
 
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import DigestSend
 from hydrant.platform.db.session import Database
-from hydrant.platform.digests.mailer import SmtpMailer
-from hydrant.platform.digests.service import STUCK_AFTER, DigestService
+from hydrant.platform.digests.service import STUCK_AFTER
 from hydrant.platform.errors import Conflict, NotFound
 
 LATER = STUCK_AFTER + timedelta(minutes=1)
@@ -37,18 +36,7 @@ async def _claims(db: Database) -> list[DigestSend]:
 async def test_a_send_cut_short_is_stuck_after_the_window_and_a_resend_mails_it_once(
     db: Database, smtp: SmtpServer, data_dir: Path
 ) -> None:
-    world = await make_world(db, recipients=["ops@acme.test"])
-    await random_traffic(make_ledger(db, data_dir), world)
-    settings = settings_for(smtp, data_dir)
-    dying = DigestService(
-        db,
-        settings,
-        CrashAfterSending(SmtpMailer.from_url(smtp.url())),
-        SECRET,
-        clock=lambda: SEND_AT,
-    )
-    with pytest.raises(RuntimeError):
-        await dying.send_tenant_digest(world.tenant_id, DAY)
+    world, settings = await send_cut_short(db, smtp, data_dir)
     digests = service(db, settings)
     [claim] = await _claims(db)
     assert claim.status == "sending"

@@ -8,20 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hydrant.platform.db.session import Database
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "auth"))
 
 from control_plane_helpers import ControlPlane, control_plane
-
-
-@pytest.fixture()
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()
 
 
 @pytest.fixture()
