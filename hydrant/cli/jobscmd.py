@@ -114,33 +114,30 @@ def jobs_run(cli: CliContext, name: str, args: tuple[str, ...]) -> None:
 @pass_context
 def jobs_stuck_digests(cli: CliContext, send_id: str | None) -> None:
     """List digest sends a worker left `sending`, or re-send one (as /admin/digests/stuck)."""
+    import msgspec
+
+    from hydrant.platform.digests.schemas import DigestResend, StuckDigestSend
     from hydrant.platform.errors import DomainError
     from hydrant.platform.jobs.context import open_job_context
 
     settings = cli.settings()
 
-    async def run() -> Any:
+    async def run() -> list[Any]:
+        """The same objects `/admin/digests/stuck` answers with."""
         async with open_job_context(settings, lambda name, kwargs: None) as ctx:
             if send_id is not None:
                 result = await ctx.digests.resend_stuck(send_id)
-                return [{"id": send_id, "outcome": result.outcome, "recipients": result.recipients}]
-            return [
-                {
-                    "id": s.id,
-                    "kind": s.kind,
-                    "subject_id": s.subject_id,
-                    "day": s.day.isoformat(),
-                    "claimed_at": s.claimed_at.isoformat(),
-                }
-                for s in await ctx.digests.stuck_sends()
-            ]
+                return [
+                    DigestResend(id=send_id, outcome=result.outcome, recipients=result.recipients)
+                ]
+            return [StuckDigestSend.of(s) for s in await ctx.digests.stuck_sends()]
 
     try:
         rows = asyncio.run(run())
     except DomainError as exc:
         raise click.UsageError(exc.message) from None
     for row in rows:
-        click.echo(json.dumps(row))
+        click.echo(msgspec.json.encode(row).decode())
 
 
 @jobs.command("digest")

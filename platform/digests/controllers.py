@@ -89,18 +89,7 @@ class StuckDigestController(Controller):
     @get("/")
     async def list_stuck(self, state: State) -> StuckDigestList:
         sends = await _digest_service(state).stuck_sends()
-        return StuckDigestList(
-            data=[
-                StuckDigestSend(
-                    id=s.id,
-                    kind=s.kind,
-                    subject_id=s.subject_id,
-                    day=s.day,
-                    claimed_at=s.claimed_at,
-                )
-                for s in sends
-            ]
-        )
+        return StuckDigestList(data=[StuckDigestSend.of(s) for s in sends])
 
     @post("/{send_id:str}/resend", status_code=200)
     async def resend(self, state: State, send_id: FromPath[str]) -> DigestResend:

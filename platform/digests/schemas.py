@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
+
+if TYPE_CHECKING:
+    from hydrant.platform.db.models import DigestSend
 
 Email = Annotated[str, Meta(min_length=3, max_length=320)]
 Hour = Annotated[int, Meta(ge=0, le=23)]
@@ -40,6 +43,16 @@ class StuckDigestSend(Struct, kw_only=True):
     subject_id: str  # the tenant id, or "platform" for the admin digest
     day: date
     claimed_at: datetime
+
+    @classmethod
+    def of(cls, send: DigestSend) -> StuckDigestSend:
+        return cls(
+            id=send.id,
+            kind=send.kind,
+            subject_id=send.subject_id,
+            day=send.day,
+            claimed_at=send.claimed_at,
+        )
 
 
 class StuckDigestList(Struct, kw_only=True):
