@@ -28,7 +28,6 @@ T = TypeVar("T")
 def _run(cli: CliContext, work: Callable[[AdminServices], Awaitable[T]]) -> T:
     from sqlalchemy.exc import DBAPIError
 
-    from hydrant.errors import ConfigurationError
     from hydrant.platform.auth.console import admin_services
     from hydrant.platform.db import migrate
     from hydrant.platform.errors import DomainError
@@ -45,7 +44,7 @@ def _run(cli: CliContext, work: Callable[[AdminServices], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except DomainError as exc:
         raise click.ClickException(exc.message) from None
-    except (msgspec.ValidationError, ConfigurationError) as exc:
+    except msgspec.ValidationError as exc:
         raise click.UsageError(str(exc)) from None
     except DBAPIError as exc:
         raise click.ClickException(

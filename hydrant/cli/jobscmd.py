@@ -15,17 +15,13 @@ from typing import Any
 import click
 
 from hydrant.cli.context import CliContext, pass_context
-from hydrant.errors import ConfigurationError
 from hydrant.settings import Settings
 
 
 def _celery(settings: Settings) -> Any:
     from hydrant.platform.jobs.celery_app import make_celery
 
-    try:
-        return make_celery(settings)
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
+    return make_celery(settings)  # a ConfigurationError: a usage error (HydrantGroup)
 
 
 @click.group()

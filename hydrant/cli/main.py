@@ -16,9 +16,28 @@ from hydrant.cli.preflightcmd import preflight
 from hydrant.cli.reportcmd import report
 from hydrant.cli.serve import serve
 from hydrant.cli.workercmd import worker
+from hydrant.engine.errors import ModelLoadError
+from hydrant.errors import ConfigurationError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class HydrantGroup(click.Group):
+    """Settings that cannot work end a command as a usage error (one line, exit code 2).
+
+    Most of them are found while the settings are read (`CliContext.settings`),
+    but some only when a part is built from them: the bootstrap admin key in
+    the app, what worker pools need, a model directory that is not a checkpoint
+    this engine serves. Those would otherwise end in a Python traceback that
+    buries the one line saying what to fix.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (ConfigurationError, ModelLoadError) as exc:
+            raise click.UsageError(str(exc)) from exc
+
+
+@click.group(cls=HydrantGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hydrant")
 @click.option(
     "--config",

@@ -36,15 +36,12 @@ def models_quantize(src: Path, dst: Path, mode: str) -> None:
     Serve DST like any checkpoint: the engine sees its manifest and loads the
     stored codes. The output head and embeddings stay in float.
     """
-    from hydrant.engine.errors import ModelLoadError
     from hydrant.engine.quantized_weights import quantize_checkpoint
 
-    try:
-        report = quantize_checkpoint(
-            src, dst, "int4" if mode == "int4" else "int8", lambda step: click.echo(step, err=True)
-        )
-    except ModelLoadError as exc:
-        raise click.UsageError(str(exc)) from exc
+    # A ModelLoadError (not a checkpoint, an architecture not served) is a usage error (cli).
+    report = quantize_checkpoint(
+        src, dst, "int4" if mode == "int4" else "int8", lambda step: click.echo(step, err=True)
+    )
     click.echo(
         f"quantized {len(report.quantized)} linear layers to {report.mode} "
         f"({len(report.skipped)} kept in float)"

@@ -57,6 +57,7 @@ def serve(
     import uvicorn
 
     from hydrant.platform.app import create_app
+    from hydrant.platform.auth.plugin import check_auth_settings
     from hydrant.platform.db import migrate
     from hydrant.platform.db.session import Database
     from hydrant.platform.gateway import Gateway, share_gil_with_engines
@@ -72,20 +73,17 @@ def serve(
         kv_cache_dtype=kv_cache_dtype,
         enforce_eager=enforce_eager,
     )
+    check_auth_settings(settings)  # a bad key or TTL: refused before any model loads
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     prepare_embedded(settings)
     if settings.auto_migrate:
         migrate.upgrade(settings.effective_database_url)
     pools = None
     if settings.worker_pools:  # dispatch to `hydrant worker` pools (issue #6)
-        from hydrant.errors import ConfigurationError
         from hydrant.platform.dispatch.service import build_pools
         from hydrant.runtime import EmbeddedEngines
 
-        try:
-            registry, pools = build_pools(settings)
-        except ConfigurationError as exc:
-            raise click.UsageError(str(exc)) from exc
+        registry, pools = build_pools(settings)  # a ConfigurationError: a usage error (cli)
         engines = EmbeddedEngines(registry=registry)
     else:
         engines = load_embedded_engines(settings)

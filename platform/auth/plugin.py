@@ -72,6 +72,16 @@ def cache_ttl(settings: Settings) -> float:
     return ttl
 
 
+def check_auth_settings(settings: Settings) -> None:
+    """Raise ConfigurationError now for an auth setting the app would refuse later.
+
+    `hydrant serve` calls it before it loads any model, so a mistyped bootstrap
+    key costs a second, not a model load (minutes for a large checkpoint).
+    """
+    bootstrap_key(settings)
+    cache_ttl(settings)
+
+
 def build_authenticator(settings: Settings, database: Database) -> Authenticator:
     return Authenticator(
         database,

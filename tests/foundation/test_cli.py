@@ -111,3 +111,47 @@ def test_capacity_rejects_unknown_shapes() -> None:
     result = CliRunner().invoke(cli, ["capacity", "--model", "gpt-9"])
     assert result.exit_code == 2
     assert "gpt-9" in result.output
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"HYDRANT_ADMIN_BOOTSTRAP_KEY": "hyd_test_typo"}, "HYDRANT_ADMIN_BOOTSTRAP_KEY"),
+        ({"HYDRANT_KEY_CACHE_TTL_S": "0"}, "HYDRANT_KEY_CACHE_TTL_S"),
+    ],
+)
+def test_serve_refuses_bad_auth_settings_in_one_line_before_loading_a_model(
+    env: dict[str, str], needle: str, tmp_path: Path
+) -> None:
+    env = {"HYDRANT_DATA_DIR": str(tmp_path), "HYDRANT_LOG_FORMAT": "text", **env}
+    result = CliRunner().invoke(cli, ["serve"], env=env)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: ") and needle in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "models").exists()  # refused before the demo model was written
+
+
+def test_a_setting_refused_while_a_part_is_built_is_a_usage_error(tmp_path: Path) -> None:
+    """Not every refusal comes from reading the settings: worker pools check what they need
+    when they are built, and that still ends as one line with exit code 2."""
+    env = {
+        "HYDRANT_DATA_DIR": str(tmp_path),
+        "HYDRANT_LOG_FORMAT": "text",
+        "HYDRANT_WORKER_POOLS": "true",
+        "HYDRANT_REDIS_URL": "",
+    }
+    result = CliRunner().invoke(cli, ["serve"], env=env)
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("Error: worker pools need Redis"), result.output
+    assert "Traceback" not in result.output
+
+
+def test_serve_with_a_directory_that_is_no_checkpoint_says_so_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    env = {"HYDRANT_DATA_DIR": str(tmp_path / "data"), "HYDRANT_LOG_FORMAT": "text"}
+    result = CliRunner().invoke(cli, ["serve", "--model", f"mine={tmp_path / 'empty'}"], env=env)
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and "config.json" in last and str(tmp_path) in last
+    assert "Traceback" not in result.output
