@@ -19,6 +19,7 @@ from tokenizers import Tokenizer as BackendTokenizer
 
 from hydrant.engine.chat_template import render_chat_template
 from hydrant.engine.errors import ChatTemplateError, ModelLoadError
+from hydrant.engine.token_bytes import TokenBytes
 from hydrant.engine.tokenizer_files import (
     NAMED_SPECIAL_TOKENS,
     add_missing_tokens,
@@ -54,6 +55,7 @@ class Tokenizer:
         if bos_token_id is not None:
             special.add(bos_token_id)
         self._special_token_ids = frozenset(special)
+        self._token_bytes = TokenBytes(backend, lambda i: self.decode([i], False))
 
     @classmethod
     def from_pretrained(cls, model_dir: Path) -> Tokenizer:
@@ -136,6 +138,10 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes this token adds to a text (logprobs' `bytes`; see engine/token_bytes.py)."""
+        return self._token_bytes.bytes_of(token_id)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Decode as transformers does for BPE models (it skips its space clean-up for BPE)."""

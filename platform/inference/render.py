@@ -29,24 +29,24 @@ def usage_body(usage: RequestUsage) -> s.Usage:
     )
 
 
-def _token_text(tokenizer: Tokenizer, token_id: int) -> str:
-    return tokenizer.decode([token_id], skip_special_tokens=False)
+def _token(tokenizer: Tokenizer, token_id: int) -> tuple[str, list[int]]:
+    """A token's text and UTF-8 bytes for logprobs: the bytes are the token's own (a piece of a
+    character split across tokens stays rebuildable), the text is them decoded (U+FFFD for a
+    piece)."""
+    raw = tokenizer.token_bytes(token_id)
+    return raw.decode("utf-8", errors="replace"), list(raw)
 
 
 def chat_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> s.ChatLogprobs:
     content = []
     for entry in entries:
-        text = _token_text(tokenizer, entry.token_id)
-        top = [
-            s.TopLogprob(
-                token=(t := _token_text(tokenizer, tid)), logprob=lp, bytes=list(t.encode())
-            )
-            for tid, lp in entry.top
-        ]
+        text, raw = _token(tokenizer, entry.token_id)
+        top = []
+        for token_id, logprob in entry.top:
+            top_text, top_raw = _token(tokenizer, token_id)
+            top.append(s.TopLogprob(token=top_text, logprob=logprob, bytes=top_raw))
         content.append(
-            s.ChatTokenLogprob(
-                token=text, logprob=entry.logprob, bytes=list(text.encode()), top_logprobs=top
-            )
+            s.ChatTokenLogprob(token=text, logprob=entry.logprob, bytes=raw, top_logprobs=top)
         )
     return s.ChatLogprobs(content=content)
 
@@ -110,11 +110,11 @@ def completion_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> s.
     tokens, offsets, top = [], [], []
     offset = 0
     for entry in entries:
-        text = _token_text(tokenizer, entry.token_id)
+        text, _ = _token(tokenizer, entry.token_id)
         tokens.append(text)
         offsets.append(offset)
         offset += len(text)
-        top.append({_token_text(tokenizer, tid): lp for tid, lp in entry.top})
+        top.append({_token(tokenizer, tid)[0]: lp for tid, lp in entry.top})
     return s.CompletionLogprobs(
         tokens=tokens,
         token_logprobs=[e.logprob for e in entries],

@@ -162,6 +162,52 @@ def test_completions_and_n(client: openai.OpenAI) -> None:
         assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs)
 
 
+def test_logprob_bytes_rebuild_the_text_where_tokens_split_characters(
+    client: openai.OpenAI,
+) -> None:
+    """Each logprob's `bytes` are its token's own, so joining them rebuilds the content even
+    where a character spans tokens (the demo model samples such pieces often): a piece's
+    `token` text is U+FFFD, its bytes are not EF BF BD."""
+    pieces = 0
+    for seed in range(6):
+        for stream in (False, True):
+            kwargs = dict(
+                model="demo",
+                messages=[{"role": "user", "content": "写一句关于河流的话 🙂"}],
+                max_tokens=16,
+                temperature=1.0,
+                seed=seed,
+                logprobs=True,
+                top_logprobs=3,
+            )
+            if stream:
+                chunks = list(client.chat.completions.create(stream=True, **kwargs))  # type: ignore[call-overload]
+                content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                entries = [
+                    e
+                    for c in chunks
+                    if c.choices and c.choices[0].logprobs
+                    for e in c.choices[0].logprobs.content or []
+                ]
+            else:
+                reply = client.chat.completions.create(**kwargs)  # type: ignore[call-overload]
+                content = reply.choices[0].message.content or ""
+                assert reply.choices[0].logprobs is not None
+                entries = list(reply.choices[0].logprobs.content or [])
+            joined = b"".join(bytes(e.bytes or []) for e in entries)
+            assert joined.decode("utf-8", errors="replace") == content
+            for entry in entries:
+                raw = bytes(entry.bytes or [])
+                assert entry.token == raw.decode("utf-8", errors="replace")
+                for top in entry.top_logprobs:
+                    assert top.token == bytes(top.bytes or []).decode("utf-8", errors="replace")
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    pieces += 1
+    assert pieces, "no sampled token was a piece of a character: the case went untested"
+
+
 def test_models_list(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["demo"]
 
