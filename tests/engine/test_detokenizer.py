@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sp_tokenizer import write_sentencepiece_style
 
 from hydrant.engine.demo_model import write_demo_tokenizer
 from hydrant.engine.detokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStringMatcher
@@ -27,6 +28,12 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     directory: Path = tmp_path_factory.mktemp("demo_tok")
     write_demo_tokenizer(directory)
     return Tokenizer.from_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def sentencepiece(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    """Llama 2 / Mistral shape: `▁` spaces, byte fallback, a decoder that strips one space."""
+    return Tokenizer.from_pretrained(write_sentencepiece_style(tmp_path_factory.mktemp("sp")))
 
 
 def _stream(detok: IncrementalDetokenizer, ids: list[int]) -> list[str]:
@@ -94,6 +101,38 @@ def test_random_token_streams_reassemble(tokenizer: Tokenizer, data: st.DataObje
     context = prompt[-5:]
     if not tokenizer.decode(context).endswith(REPLACEMENT_CHAR):
         assert tokenizer.decode(context) + full == tokenizer.decode(context + ids)
+
+
+@pytest.mark.parametrize("answer", [" world", " 你好 🦩 ok", "\nnext line 🙂"])
+def test_sentencepiece_output_keeps_the_space_before_its_first_word(
+    sentencepiece: Tokenizer, answer: str
+) -> None:
+    """A SentencePiece decoder strips the leading space of the first token it decodes, so a
+    lone decode of the output would glue its first word to the prompt; the prompt context
+    in the window keeps it, as vLLM and transformers' full decode do."""
+    prompt = sentencepiece.encode("Hello there", add_special_tokens=True)
+    full = sentencepiece.encode("Hello there" + answer, add_special_tokens=True)
+    assert full[: len(prompt)] == prompt
+    output = full[len(prompt) :]
+    assert sentencepiece.decode([*prompt, *output]) == "Hello there" + answer
+    detok = IncrementalDetokenizer(sentencepiece, prompt)
+    deltas = _stream(detok, output)
+    assert "".join(deltas) + detok.flush() == answer
+    assert all(REPLACEMENT_CHAR not in d for d in deltas)
+
+
+def test_sentencepiece_byte_fallback_pieces_are_held_until_complete(
+    sentencepiece: Tokenizer,
+) -> None:
+    ids = sentencepiece.encode("a 🦩", add_special_tokens=False)
+    # The emoji is not in the vocabulary: it is its four UTF-8 bytes as <0xNN> tokens.
+    assert [sentencepiece.token_bytes(i) for i in ids[-4:]] == [bytes([b]) for b in "🦩".encode()]
+    detok = IncrementalDetokenizer(
+        sentencepiece, sentencepiece.encode("x", add_special_tokens=True)
+    )
+    deltas = _stream(detok, ids)
+    assert "".join(deltas) == " a 🦩"
+    assert deltas[-1].endswith("🦩") and all(REPLACEMENT_CHAR not in d for d in deltas)
 
 
 def _feed(matcher: StopStringMatcher, chunks: list[str]) -> tuple[str, int | None]:

@@ -5,20 +5,17 @@ across tokens and no single token is valid UTF-8."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sp_tokenizer import write_sentencepiece_style
 from tokenizers import Tokenizer as BackendTokenizer
-from tokenizers import decoders, models, normalizers, trainers
+from tokenizers import models
 
-from hydrant.engine.demo_model import EOS_TOKEN, demo_corpus, write_demo_tokenizer
+from hydrant.engine.demo_model import EOS_TOKEN, write_demo_tokenizer
 from hydrant.engine.token_bytes import _UNICODE_TO_BYTE, decoder_scheme
 from hydrant.engine.tokenizer import Tokenizer
 
-SPACE_MARK = "\u2581"
 SPLIT_TEXTS = ["你好，世界", "naïve café 🙂🚀", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 and ASCII", "Ünïcödé\n\tend"]
 
 
@@ -37,49 +34,9 @@ def byte_level(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     return Tokenizer.from_pretrained(out)
 
 
-def _sentencepiece_style(out: Path) -> Path:
-    """A Llama-2-shaped tokenizer.json: `▁` for spaces, a prepended `▁`, the 256 `<0xNN>` byte
-    tokens in the model's vocabulary (byte fallback), and the decoder Llama 2 ships."""
-    trained = BackendTokenizer(models.BPE(unk_token="<unk>"))
-    trained.normalizer = normalizers.Sequence(
-        [normalizers.Prepend(SPACE_MARK), normalizers.Replace(" ", SPACE_MARK)]
-    )
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<unk>"], show_progress=False)
-    trained.train_from_iterator(demo_corpus().splitlines(), trainer)
-    spec = json.loads(trained.to_str())
-    pieces = sorted(spec["model"]["vocab"], key=spec["model"]["vocab"].get)
-    vocab = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
-    vocab += [p for p in pieces if p not in vocab]
-    spec["model"]["vocab"] = {piece: i for i, piece in enumerate(vocab)}
-    spec["model"]["byte_fallback"] = True
-    spec["model"]["fuse_unk"] = True
-    spec["added_tokens"] = [
-        {
-            "id": i,
-            "content": tok,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": True,
-        }
-        for i, tok in enumerate(["<unk>", "<s>", "</s>"])
-    ]
-    backend = BackendTokenizer.from_str(json.dumps(spec))
-    llama2_decoder = [decoders.Replace(SPACE_MARK, " "), decoders.ByteFallback()]
-    backend.decoder = decoders.Sequence(
-        [*llama2_decoder, decoders.Fuse(), decoders.Strip(" ", 1, 0)]
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    backend.save(str(out / "tokenizer.json"))
-    config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-    (out / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
-    return out
-
-
 @pytest.fixture(scope="module")
 def sentencepiece(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    return Tokenizer.from_pretrained(_sentencepiece_style(tmp_path_factory.mktemp("sp")))
+    return Tokenizer.from_pretrained(write_sentencepiece_style(tmp_path_factory.mktemp("sp")))
 
 
 def test_the_byte_table_is_gpt2s() -> None:
