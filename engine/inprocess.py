@@ -53,8 +53,18 @@ def to_chunk(output: RequestOutput) -> GenerateChunk:
             first_token_seconds=_delta(m.arrival_time, m.first_token_time),
             e2e_seconds=_delta(m.arrival_time, m.finish_time),
         )
+    prompt_logprobs = None
+    if output.prompt_logprobs is not None:
+        prompt_logprobs = [
+            None if e is None else TokenLogprob(e.token_id, e.logprob, list(e.top))
+            for e in output.prompt_logprobs
+        ]
     return GenerateChunk(
-        request_id=output.request_id, choices=choices, finished=output.finished, usage=usage
+        request_id=output.request_id,
+        choices=choices,
+        finished=output.finished,
+        usage=usage,
+        prompt_logprobs=prompt_logprobs,
     )
 
 

@@ -216,6 +216,8 @@ class LLMEngine:
         started = time.perf_counter()
         model_out = self.runner.execute(sched)
         self.scheduler.on_step_done(sched)
+        for seq, first, entries in model_out.prompt_logprobs:
+            seq.request.record_prompt_logprobs(first, entries)
         seqs, logits = self._fork_new_choices(model_out)
         rows = [
             SamplingRow(s.request.params, s.prompt_token_ids, s.output_token_ids, s.generator)

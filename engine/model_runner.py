@@ -4,13 +4,15 @@ The step's chunks are flattened into one token batch (decodes first, then
 prefill chunks), with the slot of each token in the cache, each sequence's
 block table and context length: the varlen layout of vLLM/FlashAttention.
 Logits are computed only for the last token of each sequence whose chunk
-reaches its end; the engine samples those.
+reaches its end; the engine samples those. A request with `prompt_logprobs`
+also gets the logits of its prompt positions, scored a slice of rows at a time
+(a prompt's full logits would be tokens x vocabulary floats at once).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -39,6 +41,7 @@ from hydrant.engine.load_report import timed_phase
 from hydrant.engine.model import LlamaForCausalLM
 from hydrant.engine.ops import TORCH_OPS, select_ops
 from hydrant.engine.quantized_weights import load_engine_model
+from hydrant.engine.sampler import TokenLogprob, score_tokens
 from hydrant.engine.scheduler import ScheduledSeq, SchedulerOutput
 from hydrant.engine.sequence import Sequence
 from hydrant.engine.sleep_mode import offload_weights, restore_weights
@@ -46,12 +49,27 @@ from hydrant.engine.sleep_mode import offload_weights, restore_weights
 logger = logging.getLogger(__name__)
 
 
+SCORE_ROWS = 512  # prompt positions scored at once: logits of [SCORE_ROWS, vocab] floats
+
+
+@dataclass
+class PromptRows:
+    """Rows of a step's batch whose logits score prompt tokens `first`, `first + 1`, ..."""
+
+    seq: Sequence
+    first: int
+    rows: list[int]
+    targets: list[int]
+
+
 @dataclass
 class ModelOutput:
-    """Logits [N, V] float32 for the sequences that need a token, in the same order."""
+    """Logits [N, V] float32 for the sequences that need a token, in the same order, and
+    the scores of prompt tokens this step computed for requests that asked for them."""
 
     logits: torch.Tensor
     sample_seqs: list[Sequence]
+    prompt_logprobs: list[tuple[Sequence, int, list[TokenLogprob]]] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -169,22 +187,35 @@ class ModelRunner:
         copy_blocks(self.kv_caches, out.block_copies)
         # decodes first, shortest context first: the decode plan's groups are then slices
         items = sorted(out.scheduled, key=_batch_order)
-        input_ids, positions, meta, sample_idx, sample_seqs = self._prepare(items)
-        if self.decode_graphs is not None:
+        input_ids, positions, meta, sample_idx, sample_seqs, scored = self._prepare(items)
+        if self.decode_graphs is not None and not scored:
             logits = self.decode_graphs.run(input_ids, positions, meta, len(sample_idx))
             if logits is not None:
                 return ModelOutput(logits, sample_seqs)
         hidden = self.model(input_ids, positions, self.kv_caches, meta)
+        prompt_logprobs = [(p.seq, p.first, self._score(hidden, p)) for p in scored]
         if not sample_seqs:
             empty = torch.empty(0, self.model_config.vocab_size, device=self.device)
-            return ModelOutput(empty, [])
+            return ModelOutput(empty, [], prompt_logprobs)
         index = torch.tensor(sample_idx, dtype=torch.long, device=self.device)
         logits = self.model.compute_logits(hidden.index_select(0, index))
-        return ModelOutput(logits, sample_seqs)
+        return ModelOutput(logits, sample_seqs, prompt_logprobs)
+
+    def _score(self, hidden: torch.Tensor, prompt: PromptRows) -> list[TokenLogprob]:
+        k = prompt.seq.request.params.prompt_logprobs or 0
+        entries: list[TokenLogprob] = []
+        for at in range(0, len(prompt.rows), SCORE_ROWS):
+            rows = self._tensor(prompt.rows[at : at + SCORE_ROWS], torch.long)
+            targets = self._tensor(prompt.targets[at : at + SCORE_ROWS], torch.long)
+            logits = self.model.compute_logits(hidden.index_select(0, rows))
+            entries.extend(score_tokens(logits, targets, k))
+        return entries
 
     def _prepare(
         self, items: list[ScheduledSeq]
-    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int], list[Sequence]]:
+    ) -> tuple[
+        torch.Tensor, torch.Tensor, AttentionMetadata, list[int], list[Sequence], list[PromptRows]
+    ]:
         bs = self.block_size
         ids: list[int] = []
         pos: list[int] = []
@@ -195,12 +226,18 @@ class ModelRunner:
         dec_ctx: list[int] = []
         pre_tables: list[list[int]] = []
         pre_ctx: list[int] = []
+        scored: list[PromptRows] = []
         cu = [0]
         max_q = 0
         for item in items:
             seq, start, n = item.seq, item.start, item.num_new_tokens
             end = start + n
             table = seq.block_table
+            prompt = seq.prompt_token_ids
+            last_scored = min(end, len(prompt) - 1)  # position p scores prompt token p + 1
+            if seq.request.params.prompt_logprobs is not None and start < last_scored:
+                rows = list(range(len(ids), len(ids) + last_scored - start))
+                scored.append(PromptRows(seq, start + 1, rows, prompt[start + 1 : last_scored + 1]))
             ids.extend(seq.tokens(start, end))
             pos.extend(range(start, end))
             p = start
@@ -242,6 +279,7 @@ class ModelRunner:
             meta,
             sample_idx,
             sample_seqs,
+            scored,
         )
 
     def _tensor(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:

@@ -123,9 +123,14 @@ class OutputProcessor:
             device_seconds=times.device_seconds,
             num_preemptions=request.num_preemptions,
         )
+        prompt_logprobs = None
+        if request.prompt_logprobs is not None and not request.prompt_logprobs_sent:
+            request.prompt_logprobs_sent = True
+            prompt_logprobs = list(request.prompt_logprobs)
         return RequestOutput(
             request_id=request.request_id,
             outputs=[self.completion(seq) for seq in seqs],
             finished=request.finished,
             metrics=metrics,
+            prompt_logprobs=prompt_logprobs,
         )

@@ -62,3 +62,6 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     metrics: RequestMetrics
+    # With `prompt_logprobs`: every prompt token's score (None for the first), in the
+    # first output that carries a generated token only.
+    prompt_logprobs: list[TokenLogprob | None] | None = None

@@ -36,6 +36,7 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     ignore_eos: bool = False
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
+    prompt_logprobs: int | None = None
 
     def to_params(self) -> SamplingParams:
         return SamplingParams(**{f: getattr(self, f) for f in self.__struct_fields__})
@@ -84,6 +85,9 @@ class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str
     choices: list[ChoiceDelta]
     finished: bool = False
+    # With `prompt_logprobs`: one entry per prompt token (None for the first), on the first
+    # chunk that carries a generated token.
+    prompt_logprobs: list[TokenLogprob | None] | None = None
     usage: RequestUsage | None = None
     error: str | None = None
 

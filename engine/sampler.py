@@ -13,7 +13,8 @@ only to the rows that ask for it):
 
 Logprobs are those of the processed distribution the token was drawn from:
 after step 2 for greedy rows, after step 4's filters (temperature included)
-for sampled rows. Alternatives masked to -inf are left out of `top`.
+for sampled rows. Alternatives masked to -inf are left out of `top`. Prompt
+logprobs (`score_tokens`) are the model's raw distribution: nothing was drawn.
 """
 
 from __future__ import annotations
@@ -47,6 +48,18 @@ def make_generator(seed: int | None, device: torch.device | str) -> torch.Genera
     generator = torch.Generator(device=device)
     generator.manual_seed(seed % 2**64)
     return generator
+
+
+def score_tokens(logits: torch.Tensor, token_ids: torch.Tensor, k: int) -> list[TokenLogprob]:
+    """Each row's logprob of its given token and its `k` most likely tokens (raw logits)."""
+    logprobs = logits.float().log_softmax(dim=-1)
+    chosen = logprobs.gather(1, token_ids.unsqueeze(1)).squeeze(1).tolist()
+    top_values, top_ids = logprobs.topk(min(k, logits.shape[1]), dim=-1)
+    ids, values = top_ids.tolist(), top_values.tolist()
+    return [
+        TokenLogprob(token_id=t, logprob=lp, top=list(zip(ids[j], values[j], strict=True)))
+        for j, (t, lp) in enumerate(zip(token_ids.tolist(), chosen, strict=True))
+    ]
 
 
 @dataclass

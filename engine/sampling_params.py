@@ -37,7 +37,11 @@ class SamplingParams:
     """Per-request sampling settings; immutable so sequences of one request can share it.
 
     `top_k = 0` turns top-k off; `logprobs = None` asks for none, `k >= 0` asks
-    for the chosen token's logprob plus k alternatives. `stop` / `stop_token_ids`
+    for the chosen token's logprob plus k alternatives. `prompt_logprobs = k`
+    asks the same for every prompt token after the first (the model's raw
+    distribution given the tokens before it: OpenAI's `echo` with `logprobs`,
+    which evaluation harnesses use to score text); such a prompt is always
+    computed, never taken from the prefix cache. `stop` / `stop_token_ids`
     given as lists (or `stop` as one string, as OpenAI allows) are turned into
     tuples so the object stays hashable.
     """
@@ -58,6 +62,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         stop: Any = self.stop
@@ -176,11 +181,12 @@ class SamplingParams:
                 f"seed must be an integer in [{_SEED_MIN}, {_SEED_MAX}], got {self.seed!r}",
                 "seed",
             )
-        lp = self.logprobs
-        if lp is not None and (not _is_int(lp) or not 0 <= lp <= MAX_LOGPROBS):
-            raise InvalidRequestError(
-                f"logprobs must be an integer in [0, {MAX_LOGPROBS}], got {lp!r}", "logprobs"
-            )
+        for name in ("logprobs", "prompt_logprobs"):
+            lp = getattr(self, name)
+            if lp is not None and (not _is_int(lp) or not 0 <= lp <= MAX_LOGPROBS):
+                raise InvalidRequestError(
+                    f"{name} must be an integer in [0, {MAX_LOGPROBS}], got {lp!r}", name
+                )
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidRequestError(f"{name} must be a boolean", name)

@@ -158,7 +158,9 @@ class Scheduler:
                 break
             if budget.lane_left(seq.lane) == 0:
                 continue
-            cached = self.block_manager.find_cached_prefix(seq)
+            # a prompt to score is computed in full: cached blocks have no logits to give
+            scored = seq.request.params.prompt_logprobs is not None
+            cached = [] if scored else self.block_manager.find_cached_prefix(seq)
             remaining = seq.num_tokens - len(cached) * self.block_manager.block_size
             wanted = budget.grant(seq.lane, remaining)
             if wanted == 0:

@@ -20,11 +20,15 @@ import hashlib
 import itertools
 import struct
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from hydrant.engine.outputs import FinishReason
 from hydrant.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from hydrant.engine.sampler import TokenLogprob
 
 Lane = str  # "short" or "long"
 SHORT_LANE: Lane = "short"
@@ -67,6 +71,23 @@ class Request:
     seqs: list[Sequence] = field(default_factory=list)
     forked: bool = False
     num_preemptions: int = 0
+    # With `params.prompt_logprobs`: entry i scores prompt token i (None for token 0).
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    prompt_logprobs_sent: bool = False
+
+    def __post_init__(self) -> None:
+        if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = [None]
+
+    def record_prompt_logprobs(self, first: int, entries: list[TokenLogprob]) -> None:
+        """Scores of prompt tokens `first`, `first + 1`, ...; those already held (a
+        preempted prompt computed again) are not added twice."""
+        held = self.prompt_logprobs
+        if held is None:
+            return
+        for index, entry in enumerate(entries, start=first):
+            if index == len(held):
+                held.append(entry)
 
     @property
     def finished(self) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.protocol import Sampling
 from hydrant.engine.sampling_params import MAX_LOGPROBS
@@ -195,9 +197,12 @@ def prepare_completion(
     if request.logprobs is not None and request.logprobs > 5:
         raise InvalidRequest("logprobs must be between 0 and 5", param="logprobs")
     echo = model.tokenizer.decode(ids) if request.echo else None
+    sampling = _sampling(request, max_tokens, request.logprobs, model)
+    if request.echo and request.logprobs is not None:  # the echoed prompt is scored too
+        sampling = msgspec.structs.replace(sampling, prompt_logprobs=request.logprobs)
     return PreparedRequest(
         prompt_token_ids=ids,
-        sampling=_sampling(request, max_tokens, request.logprobs, model),
+        sampling=sampling,
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
         echo_text=echo,

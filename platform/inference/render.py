@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from hydrant.engine.protocol import ChoiceDelta, RequestUsage, TokenLogprob
+from hydrant.engine.detokenizer import IncrementalDetokenizer
+from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, RequestUsage, TokenLogprob
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.inference import schemas as s
 from hydrant.platform.inference.service import Generation
@@ -63,6 +64,7 @@ class Accumulator:
 
     def __init__(self, n: int) -> None:
         self.choices = [_Choice() for _ in range(n)]
+        self.prompt_logprobs: list[TokenLogprob | None] | None = None
 
     def add(self, delta: ChoiceDelta) -> None:
         choice = self.choices[delta.index]
@@ -81,6 +83,8 @@ def _finish(reason: str | None) -> str | None:
 async def collect(generation: Generation) -> Accumulator:
     accumulator = Accumulator(generation.ctx.prepared.sampling.n)
     async for chunk in generation:
+        if chunk.prompt_logprobs is not None:
+            accumulator.prompt_logprobs = chunk.prompt_logprobs
         for delta in chunk.choices:
             accumulator.add(delta)
     return accumulator
@@ -106,21 +110,51 @@ async def chat_completion(generation: Generation, tokenizer: Tokenizer) -> s.Cha
     )
 
 
-def completion_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> s.CompletionLogprobs:
-    tokens, offsets, top = [], [], []
-    offset = 0
+def _text_offsets(tokenizer: Tokenizer, context: list[int], ids: list[int], base: int) -> list[int]:
+    """Where each token's text starts in the response text: the length of the text before it,
+    detokenized as the engine does (a token holding the start of a character split across
+    tokens starts where that character does; a skipped special token takes no room)."""
+    detokenizer = IncrementalDetokenizer(tokenizer, context)
+    offsets = []
+    for token_id in ids:
+        offsets.append(base)
+        base += len(detokenizer.add(token_id))
+    return offsets
+
+
+def completion_logprobs(
+    tokenizer: Tokenizer,
+    entries: list[TokenLogprob],
+    context: list[int],
+    prompt: list[TokenLogprob | None] | None = None,
+    base: int = 0,
+) -> s.CompletionLogprobs:
+    """Legacy logprobs of a choice's tokens, which follow `context` (the prompt, then what
+    was streamed already) in a text whose first `base` characters were sent before. With
+    `prompt` (echo), the prompt's own tokens lead, the first one without a score."""
+    tokens: list[str] = []
+    scores: list[float | None] = []
+    top: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+    if prompt is not None:
+        for token_id, entry in zip(context, prompt, strict=False):
+            tokens.append(_token(tokenizer, token_id)[0])
+            scores.append(None if entry is None else entry.logprob)
+            top.append(None if entry is None else _top(tokenizer, entry))
+        offsets = _text_offsets(tokenizer, [], context[: len(tokens)], base)
+        base += len(tokenizer.decode(context))
     for entry in entries:
-        text, _ = _token(tokenizer, entry.token_id)
-        tokens.append(text)
-        offsets.append(offset)
-        offset += len(text)
-        top.append({_token(tokenizer, tid)[0]: lp for tid, lp in entry.top})
+        tokens.append(_token(tokenizer, entry.token_id)[0])
+        scores.append(entry.logprob)
+        top.append(_top(tokenizer, entry))
+    offsets += _text_offsets(tokenizer, context, [e.token_id for e in entries], base)
     return s.CompletionLogprobs(
-        tokens=tokens,
-        token_logprobs=[e.logprob for e in entries],
-        top_logprobs=top,
-        text_offset=offsets,
+        tokens=tokens, token_logprobs=scores, top_logprobs=top, text_offset=offsets
     )
+
+
+def _top(tokenizer: Tokenizer, entry: TokenLogprob) -> dict[str, float]:
+    return {_token(tokenizer, token_id)[0]: logprob for token_id, logprob in entry.top}
 
 
 async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Completion:
@@ -135,7 +169,9 @@ async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Com
             s.CompletionChoice(
                 index=i,
                 text=prefix + "".join(c.text),
-                logprobs=completion_logprobs(tokenizer, c.logprobs)
+                logprobs=completion_logprobs(
+                    tokenizer, c.logprobs, prepared.prompt_token_ids, acc.prompt_logprobs
+                )
                 if prepared.sampling.logprobs is not None
                 else None,
                 finish_reason=_finish(c.finish_reason),
@@ -171,17 +207,27 @@ DONE = b"data: [DONE]\n\n"
 
 async def _events(
     generation: Generation,
-    first_event: Callable[[int], object] | None,
+    first_event: Callable[[int, GenerateChunk | None], object] | None,
     delta_event: Callable[[ChoiceDelta], object],
     usage_event: Callable[[RequestUsage], object],
     error_event: Callable[[str], object],
+    *,
+    first_after_prefill: bool = False,
 ) -> AsyncIterator[bytes]:
+    """The SSE events of a generation. The first events (one per choice) go out at once, or
+    with `first_after_prefill` along with the first chunk (an echo that carries the prompt's
+    logprobs, which exist once the prompt is computed)."""
     n = generation.ctx.prepared.sampling.n
-    if first_event is not None:
+    if first_event is not None and not first_after_prefill:
         for index in range(n):
-            yield sse(first_event(index))
+            yield sse(first_event(index, None))
+        first_event = None
     try:
         async for chunk in generation:
+            if first_event is not None:
+                for index in range(n):
+                    yield sse(first_event(index, chunk))
+                first_event = None
             for delta in chunk.choices:
                 if delta.text or delta.finish_reason or delta.logprobs:
                     yield sse(delta_event(delta))
@@ -208,7 +254,7 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
 
     return _events(
         generation,
-        lambda i: chunk(
+        lambda i, _: chunk(
             [
                 s.ChatChunkChoice(
                     index=i,
@@ -243,36 +289,58 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
 def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[bytes]:
     ctx = generation.ctx
     rid, created = f"cmpl-{ctx.request_id}", int(time.time())
-    want_logprobs = ctx.prepared.sampling.logprobs is not None
+    prepared = ctx.prepared
+    want_logprobs = prepared.sampling.logprobs is not None
+    scored = prepared.sampling.prompt_logprobs is not None  # echo with logprobs
+    prompt_ids = prepared.prompt_token_ids
+    echo = prepared.echo_text
+    # per choice: the tokens and the length of the text already sent (offsets count from 0)
+    sent_ids: dict[int, list[int]] = {}
+    sent_len: dict[int, int] = {}
 
     def chunk(choices: list[s.CompletionChoice], usage: s.Usage | None = None) -> object:
         return s.Completion(id=rid, created=created, model=ctx.model, choices=choices, usage=usage)
 
-    echo = ctx.prepared.echo_text
-    first = (
-        (
-            lambda i: chunk(
-                [s.CompletionChoice(index=i, text=echo, logprobs=None, finish_reason=None)]
-            )
+    def echo_event(index: int, first: GenerateChunk | None) -> object:
+        sent_len[index] = len(echo or "")
+        logprobs = None
+        if scored:
+            scores = (first.prompt_logprobs if first is not None else None) or []
+            logprobs = completion_logprobs(tokenizer, [], prompt_ids, scores)
+        return chunk(
+            [
+                s.CompletionChoice(
+                    index=index, text=echo or "", logprobs=logprobs, finish_reason=None
+                )
+            ]
         )
-        if echo
-        else None
-    )
-    return _events(
-        generation,
-        first,
-        lambda d: chunk(
+
+    def delta_event(d: ChoiceDelta) -> object:
+        logprobs = None
+        if want_logprobs:
+            before = sent_ids.setdefault(d.index, [])
+            ids = [e.token_id for e in d.logprobs or []]
+            base = sent_len.get(d.index, len(echo or ""))
+            logprobs = completion_logprobs(
+                tokenizer, d.logprobs or [], prompt_ids + before, None, base
+            )
+            before.extend(ids)
+        sent_len[d.index] = sent_len.get(d.index, len(echo or "")) + len(d.text)
+        return chunk(
             [
                 s.CompletionChoice(
                     index=d.index,
                     text=d.text,
-                    logprobs=completion_logprobs(tokenizer, d.logprobs or [])
-                    if want_logprobs
-                    else None,
+                    logprobs=logprobs,
                     finish_reason=_finish(d.finish_reason),
                 )
             ]
-        ),
+        )
+
+    return _events(
+        generation,
+        echo_event if echo else None,
+        delta_event,
         lambda u: chunk([], usage_body(u)),
         lambda message: {
             "error": {
@@ -282,4 +350,5 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
                 "code": "generation_failed",
             }
         },
+        first_after_prefill=scored,
     )

@@ -169,9 +169,12 @@ class ChatCompletionChunk(msgspec.Struct, kw_only=True):
 
 
 class CompletionLogprobs(msgspec.Struct, kw_only=True):
+    """With `echo`, the prompt's tokens come first; the first has no logprob (null), as
+    in OpenAI's legacy completions."""
+
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 

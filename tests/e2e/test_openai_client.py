@@ -208,6 +208,46 @@ def test_logprob_bytes_rebuild_the_text_where_tokens_split_characters(
     assert pieces, "no sampled token was a piece of a character: the case went untested"
 
 
+def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
+    client: openai.OpenAI, demo_model_dir: Path
+) -> None:
+    """Legacy completions with `echo` and `logprobs` (how evaluation harnesses score text):
+    the prompt's tokens lead the logprobs, the first without a score, each scored by the
+    model given the tokens before it; streamed, the echo event carries the same scores."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    prompt = "The river runs to the sea, 河流 🌊"
+    kwargs = dict(model="demo", prompt=prompt, max_tokens=1, echo=True, logprobs=2, temperature=0.0)
+    completion = client.completions.create(**kwargs)  # type: ignore[call-overload]
+    choice = completion.choices[0]
+    logprobs = choice.logprobs
+    assert logprobs is not None and completion.usage is not None
+    ids = Tokenizer.from_pretrained(demo_model_dir).encode(prompt)
+    assert completion.usage.prompt_tokens == len(ids)
+    assert len(logprobs.tokens) == len(ids) + 1  # the prompt, then the one generated token
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    assert choice.text.startswith(prompt)
+    offsets = logprobs.text_offset
+    assert offsets[0] == 0 and offsets == sorted(offsets) and offsets[-1] == len(prompt)
+
+    model = AutoModelForCausalLM.from_pretrained(demo_model_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        expected = model(torch.tensor([ids])).logits[0].float().log_softmax(dim=-1)
+    for i in range(1, len(ids)):
+        assert logprobs.token_logprobs[i] == pytest.approx(float(expected[i - 1, ids[i]]), abs=1e-3)
+        top = logprobs.top_logprobs[i]
+        assert top is not None and len(top) == 2
+        assert max(top.values()) == pytest.approx(float(expected[i - 1].max()), abs=1e-3)
+
+    events = list(client.completions.create(stream=True, **kwargs))  # type: ignore[call-overload]
+    echoed = events[0].choices[0]
+    assert echoed.text == choice.text[: len(echoed.text)] and echoed.text.startswith(prompt)
+    assert echoed.logprobs is not None
+    assert echoed.logprobs.token_logprobs == logprobs.token_logprobs[: len(ids)]
+    assert echoed.logprobs.text_offset == offsets[: len(ids)]
+
+
 def test_models_list(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["demo"]
 
