@@ -233,7 +233,10 @@ class LLMEngine:
             request = seq.request
             if request.times.first_token_time is None:
                 request.times.first_token_time = now
-            reason = self.processor.append_token(seq, token, logprob)
+            if request.params.max_tokens == 0:  # scoring only: the prompt's logprobs were it
+                reason: FinishReason | None = "length"
+            else:
+                reason = self.processor.append_token(seq, token, logprob)
             if reason is not None:
                 self.scheduler.finish_seq(seq, reason)
             touched[request.request_id] = request

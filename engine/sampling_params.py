@@ -41,7 +41,8 @@ class SamplingParams:
     asks the same for every prompt token after the first (the model's raw
     distribution given the tokens before it: OpenAI's `echo` with `logprobs`,
     which evaluation harnesses use to score text); such a prompt is always
-    computed, never taken from the prefix cache. `stop` / `stop_token_ids`
+    computed, never taken from the prefix cache, and `max_tokens = 0` then
+    asks for the scores alone. `stop` / `stop_token_ids`
     given as lists (or `stop` as one string, as OpenAI allows) are turned into
     tuples so the object stays hashable.
     """
@@ -100,9 +101,13 @@ class SamplingParams:
     def _validate_counts(self) -> None:
         if not _is_int(self.n) or self.n < 1:
             raise InvalidRequestError(f"n must be an integer >= 1, got {self.n!r}", "n")
-        if not _is_int(self.max_tokens) or self.max_tokens < 1:
+        # 0 only scores the prompt (OpenAI's echo with logprobs and max_tokens 0)
+        least = 0 if self.prompt_logprobs is not None else 1
+        if not _is_int(self.max_tokens) or self.max_tokens < least:
             raise InvalidRequestError(
-                f"max_tokens must be an integer >= 1, got {self.max_tokens!r}", "max_tokens"
+                f"max_tokens must be an integer >= {least}, got {self.max_tokens!r}"
+                + ("" if least == 0 else " (0 only with prompt_logprobs)"),
+                "max_tokens",
             )
         if not _is_int(self.min_tokens) or self.min_tokens < 0:
             raise InvalidRequestError(

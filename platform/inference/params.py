@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import msgspec
-
 from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.protocol import Sampling
 from hydrant.engine.sampling_params import MAX_LOGPROBS
@@ -107,7 +105,11 @@ def completion_prompt(request: CompletionRequest, model: ServedModel) -> list[in
 
 
 def _sampling(
-    fields: SamplingFields, max_tokens: int, logprobs: int | None, model: ServedModel
+    fields: SamplingFields,
+    max_tokens: int,
+    logprobs: int | None,
+    model: ServedModel,
+    prompt_logprobs: int | None = None,
 ) -> Sampling:
     if not 1 <= fields.n <= MAX_N:
         raise InvalidRequest(f"n must be between 1 and {MAX_N}", param="n")
@@ -133,6 +135,7 @@ def _sampling(
         stop=stop,
         ignore_eos=fields.ignore_eos,
         logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
     )
     try:
         sampling.to_params().validate(vocab_size=model.tokenizer.vocab_size)
@@ -192,17 +195,20 @@ def prepare_completion(
     if request.best_of not in (None, request.n):
         raise InvalidRequest("best_of other than n is not supported", param="best_of")
     ids = completion_prompt(request, model)
-    max_tokens = _max_tokens(request.max_tokens, default_max_tokens, len(ids), model)
+    scoring = request.echo and request.logprobs is not None
+    if scoring and request.max_tokens == 0:  # the prompt's logprobs alone, nothing generated
+        max_tokens = 0
+    else:
+        max_tokens = _max_tokens(request.max_tokens, default_max_tokens, len(ids), model)
     _check_context(len(ids), max_tokens, model)
     if request.logprobs is not None and request.logprobs > 5:
         raise InvalidRequest("logprobs must be between 0 and 5", param="logprobs")
     echo = model.tokenizer.decode(ids) if request.echo else None
-    sampling = _sampling(request, max_tokens, request.logprobs, model)
-    if request.echo and request.logprobs is not None:  # the echoed prompt is scored too
-        sampling = msgspec.structs.replace(sampling, prompt_logprobs=request.logprobs)
+    # with echo, the prompt is scored too
+    prompt_logprobs = request.logprobs if scoring else None
     return PreparedRequest(
         prompt_token_ids=ids,
-        sampling=sampling,
+        sampling=_sampling(request, max_tokens, request.logprobs, model, prompt_logprobs),
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
         echo_text=echo,

@@ -247,6 +247,15 @@ def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
     assert echoed.logprobs.token_logprobs == logprobs.token_logprobs[: len(ids)]
     assert echoed.logprobs.text_offset == offsets[: len(ids)]
 
+    # max_tokens 0: the scores alone, no token generated or billed
+    scored = client.completions.create(**{**kwargs, "max_tokens": 0})  # type: ignore[call-overload]
+    assert scored.usage is not None and scored.usage.completion_tokens == 0
+    assert scored.choices[0].text == prompt and scored.choices[0].finish_reason == "length"
+    assert scored.choices[0].logprobs.token_logprobs == logprobs.token_logprobs[: len(ids)]
+    with pytest.raises(openai.BadRequestError) as refused:  # without echo there is nothing to do
+        client.completions.create(model="demo", prompt=prompt, max_tokens=0, logprobs=1)
+    assert refused.value.body["param"] == "max_tokens"  # type: ignore[index]
+
 
 def test_models_list(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["demo"]

@@ -130,6 +130,21 @@ def test_a_preempted_prompt_is_scored_once(
         _check(_scores(outputs[i]), _expected(reference, prompt, 1), prompt, 1)
 
 
+def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(
+    model_dir: Path, reference: torch.nn.Module, engines: EngineTracker
+) -> None:
+    engine = engines.make(model_dir)
+    prompt = random_prompts(1, 20, 21, seed=9)[0]
+    outputs = _run(engine, [prompt], [SamplingParams(max_tokens=0, prompt_logprobs=2)])
+    last = outputs[0][-1]
+    assert last.finished and last.metrics.completion_tokens == 0
+    assert last.outputs[0].token_ids == [] and last.outputs[0].text == ""
+    assert last.outputs[0].finish_reason == "length"
+    _check(_scores(outputs[0]), _expected(reference, prompt, 2), prompt, 2)
+    with pytest.raises(InvalidRequestError, match="0 only with prompt_logprobs"):
+        SamplingParams(max_tokens=0).validate()
+
+
 def test_a_one_token_prompt_has_nothing_to_score(model_dir: Path, engines: EngineTracker) -> None:
     engine = engines.make(model_dir)
     outputs = _run(engine, [[5]], [SamplingParams(max_tokens=1, prompt_logprobs=2)])

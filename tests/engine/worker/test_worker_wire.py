@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, RequestUsage
+from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, RequestUsage, TokenLogprob
 from hydrant.engine.worker.wire import (
     MAX_FRAME_BYTES,
     Frame,
@@ -21,7 +21,10 @@ def _chunks() -> list[Frame]:
     return [
         Frame(
             chunk=GenerateChunk(
-                request_id="r", choices=[ChoiceDelta(index=0, token_ids=[5], text="a\n")]
+                request_id="r",
+                choices=[ChoiceDelta(index=0, token_ids=[5], text="a\n")],
+                # echo with logprobs: the prompt's scores travel on the first chunk
+                prompt_logprobs=[None, TokenLogprob(4, -1.5, [(4, -1.5), (9, -2.25)])],
             )
         ),
         Frame(
