@@ -6,6 +6,7 @@ chunks the streamed path forwards, so both report identical text and usage.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -161,6 +162,18 @@ async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Com
     acc = await collect(generation)
     prepared = generation.ctx.prepared
     prefix = prepared.echo_text or ""
+
+    def logprobs() -> list[s.CompletionLogprobs | None]:
+        if prepared.sampling.logprobs is None:
+            return [None] * len(acc.choices)
+        ids = prepared.prompt_token_ids
+        return [
+            completion_logprobs(tokenizer, c.logprobs, ids, acc.prompt_logprobs)
+            for c in acc.choices
+        ]
+
+    # A scored prompt (echo) is up to 8192 tokens to render, about 0.1 s: off the event loop.
+    rendered = await asyncio.to_thread(logprobs) if acc.prompt_logprobs else logprobs()
     return s.Completion(
         id=f"cmpl-{generation.ctx.request_id}",
         created=int(time.time()),
@@ -169,11 +182,7 @@ async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Com
             s.CompletionChoice(
                 index=i,
                 text=prefix + "".join(c.text),
-                logprobs=completion_logprobs(
-                    tokenizer, c.logprobs, prepared.prompt_token_ids, acc.prompt_logprobs
-                )
-                if prepared.sampling.logprobs is not None
-                else None,
+                logprobs=rendered[i],
                 finish_reason=_finish(c.finish_reason),
             )
             for i, c in enumerate(acc.choices)
@@ -224,9 +233,9 @@ async def _events(
         first_event = None
     try:
         async for chunk in generation:
-            if first_event is not None:
+            if first_event is not None:  # a scored prompt to render: off the event loop
                 for index in range(n):
-                    yield sse(first_event(index, chunk))
+                    yield sse(await asyncio.to_thread(first_event, index, chunk))
                 first_event = None
             for delta in chunk.choices:
                 if delta.text or delta.finish_reason or delta.logprobs:
@@ -301,12 +310,16 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     def chunk(choices: list[s.CompletionChoice], usage: s.Usage | None = None) -> object:
         return s.Completion(id=rid, created=created, model=ctx.model, choices=choices, usage=usage)
 
+    echo_logprobs: list[s.CompletionLogprobs] = []  # rendered once for the n choices
+
     def echo_event(index: int, first: GenerateChunk | None) -> object:
         sent_len[index] = len(echo or "")
         logprobs = None
         if scored:
-            scores = (first.prompt_logprobs if first is not None else None) or []
-            logprobs = completion_logprobs(tokenizer, [], prompt_ids, scores)
+            if not echo_logprobs:
+                scores = (first.prompt_logprobs if first is not None else None) or []
+                echo_logprobs.append(completion_logprobs(tokenizer, [], prompt_ids, scores))
+            logprobs = echo_logprobs[0]
         return chunk(
             [
                 s.CompletionChoice(
