@@ -128,29 +128,31 @@ def completion_logprobs(
     entries: list[TokenLogprob],
     context: list[int],
     prompt: list[TokenLogprob | None] | None = None,
-    base: int = 0,
+    offsets: list[int] | None = None,
 ) -> s.CompletionLogprobs:
-    """Legacy logprobs of a choice's tokens, which follow `context` (the prompt, then what
-    was streamed already) in a text whose first `base` characters were sent before. With
-    `prompt` (echo), the prompt's own tokens lead, the first one without a score."""
+    """Legacy logprobs of a choice's tokens, which follow `context` (the prompt). With
+    `prompt` (echo), the prompt's own tokens lead, the first one without a score. `offsets`
+    of `entries` are given by a stream, which knows the text already sent."""
     tokens: list[str] = []
     scores: list[float | None] = []
     top: list[dict[str, float] | None] = []
-    offsets: list[int] = []
+    text_offset: list[int] = []
+    base = 0
     if prompt is not None:
         for token_id, entry in zip(context, prompt, strict=False):
             tokens.append(_token(tokenizer, token_id)[0])
             scores.append(None if entry is None else entry.logprob)
             top.append(None if entry is None else _top(tokenizer, entry))
-        offsets = _text_offsets(tokenizer, [], context[: len(tokens)], base)
-        base += len(tokenizer.decode(context))
+        text_offset = _text_offsets(tokenizer, [], context[: len(tokens)], 0)
+        base = len(tokenizer.decode(context))
     for entry in entries:
         tokens.append(_token(tokenizer, entry.token_id)[0])
         scores.append(entry.logprob)
         top.append(_top(tokenizer, entry))
-    offsets += _text_offsets(tokenizer, context, [e.token_id for e in entries], base)
+    if offsets is None:
+        offsets = _text_offsets(tokenizer, context, [e.token_id for e in entries], base)
     return s.CompletionLogprobs(
-        tokens=tokens, token_logprobs=scores, top_logprobs=top, text_offset=offsets
+        tokens=tokens, token_logprobs=scores, top_logprobs=top, text_offset=text_offset + offsets
     )
 
 
@@ -303,9 +305,10 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     scored = prepared.sampling.prompt_logprobs is not None  # echo with logprobs
     prompt_ids = prepared.prompt_token_ids
     echo = prepared.echo_text
-    # per choice: the tokens and the length of the text already sent (offsets count from 0)
-    sent_ids: dict[int, list[int]] = {}
-    sent_len: dict[int, int] = {}
+    # Per choice, the engine's text rebuilt from the tokens streamed so far: a token's offset
+    # is where it starts in that text (after the echo), whatever a chunk's text held back.
+    readers: dict[int, IncrementalDetokenizer] = {}
+    read: dict[int, int] = {}
 
     def chunk(choices: list[s.CompletionChoice], usage: s.Usage | None = None) -> object:
         return s.Completion(id=rid, created=created, model=ctx.model, choices=choices, usage=usage)
@@ -313,7 +316,6 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     echo_logprobs: list[s.CompletionLogprobs] = []  # rendered once for the n choices
 
     def echo_event(index: int, first: GenerateChunk | None) -> object:
-        sent_len[index] = len(echo or "")
         logprobs = None
         if scored:
             if not echo_logprobs:
@@ -331,14 +333,16 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     def delta_event(d: ChoiceDelta) -> object:
         logprobs = None
         if want_logprobs:
-            before = sent_ids.setdefault(d.index, [])
-            ids = [e.token_id for e in d.logprobs or []]
-            base = sent_len.get(d.index, len(echo or ""))
-            logprobs = completion_logprobs(
-                tokenizer, d.logprobs or [], prompt_ids + before, None, base
-            )
-            before.extend(ids)
-        sent_len[d.index] = sent_len.get(d.index, len(echo or "")) + len(d.text)
+            reader = readers.get(d.index)
+            if reader is None:
+                reader = readers[d.index] = IncrementalDetokenizer(tokenizer, prompt_ids)
+            at = read.get(d.index, len(echo or ""))
+            offsets = []
+            for entry in d.logprobs or []:
+                offsets.append(at)
+                at += len(reader.add(entry.token_id))
+            read[d.index] = at
+            logprobs = completion_logprobs(tokenizer, d.logprobs or [], prompt_ids, None, offsets)
         return chunk(
             [
                 s.CompletionChoice(

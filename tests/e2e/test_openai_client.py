@@ -257,6 +257,41 @@ def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
     assert refused.value.body["param"] == "max_tokens"  # type: ignore[index]
 
 
+def test_streamed_text_offsets_equal_the_whole_responses(client: openai.OpenAI) -> None:
+    """A stop string makes the stream hold back text that may still become it; the offsets
+    of later tokens count the whole text all the same, as unstreamed."""
+    for echo in (False, True):
+        kwargs = dict(
+            model="demo",
+            prompt="Once upon a time",
+            max_tokens=24,
+            temperature=0.0,
+            logprobs=1,
+            echo=echo,
+            stop=["ve xyz"],  # the demo model says " save": "ve" is held back each time
+        )
+        whole = client.completions.create(**kwargs)  # type: ignore[call-overload]
+        assert whole.choices[0].logprobs is not None
+        events = list(client.completions.create(stream=True, **kwargs))  # type: ignore[call-overload]
+        streamed = [
+            offset
+            for event in events
+            for choice in event.choices
+            if choice.logprobs
+            for offset in choice.logprobs.text_offset
+        ]
+        assert streamed == whole.choices[0].logprobs.text_offset
+        if not echo:  # some chunk's text was short of its tokens': the case was exercised
+            held = [
+                c
+                for e in events
+                for c in e.choices
+                if c.logprobs and c.text != "".join(c.logprobs.tokens)
+            ]
+            assert held, "no text was held back"
+        assert "".join(c.text for e in events for c in e.choices) == whole.choices[0].text
+
+
 def test_models_list(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["demo"]
 
