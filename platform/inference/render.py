@@ -111,16 +111,22 @@ async def chat_completion(generation: Generation, tokenizer: Tokenizer) -> s.Cha
     )
 
 
-def _text_offsets(tokenizer: Tokenizer, context: list[int], ids: list[int], base: int) -> list[int]:
+class _Offsets:
     """Where each token's text starts in the response text: the length of the text before it,
     detokenized as the engine does (a token holding the start of a character split across
-    tokens starts where that character does; a skipped special token takes no room)."""
-    detokenizer = IncrementalDetokenizer(tokenizer, context)
-    offsets = []
-    for token_id in ids:
-        offsets.append(base)
-        base += len(detokenizer.add(token_id))
-    return offsets
+    tokens starts where that character does; a skipped special token takes no room). A
+    stream keeps one per choice, so the text a chunk held back still counts."""
+
+    def __init__(self, tokenizer: Tokenizer, context: list[int], at: int) -> None:
+        self._detokenizer = IncrementalDetokenizer(tokenizer, context)
+        self._at = at
+
+    def of(self, ids: list[int]) -> list[int]:
+        offsets = []
+        for token_id in ids:
+            offsets.append(self._at)
+            self._at += len(self._detokenizer.add(token_id))
+        return offsets
 
 
 def completion_logprobs(
@@ -143,14 +149,14 @@ def completion_logprobs(
             tokens.append(_token(tokenizer, token_id)[0])
             scores.append(None if entry is None else entry.logprob)
             top.append(None if entry is None else _top(tokenizer, entry))
-        text_offset = _text_offsets(tokenizer, [], context[: len(tokens)], 0)
+        text_offset = _Offsets(tokenizer, [], 0).of(context[: len(tokens)])
         base = len(tokenizer.decode(context))
     for entry in entries:
         tokens.append(_token(tokenizer, entry.token_id)[0])
         scores.append(entry.logprob)
         top.append(_top(tokenizer, entry))
     if offsets is None:
-        offsets = _text_offsets(tokenizer, context, [e.token_id for e in entries], base)
+        offsets = _Offsets(tokenizer, context, base).of([e.token_id for e in entries])
     return s.CompletionLogprobs(
         tokens=tokens, token_logprobs=scores, top_logprobs=top, text_offset=text_offset + offsets
     )
@@ -305,10 +311,7 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     scored = prepared.sampling.prompt_logprobs is not None  # echo with logprobs
     prompt_ids = prepared.prompt_token_ids
     echo = prepared.echo_text
-    # Per choice, the engine's text rebuilt from the tokens streamed so far: a token's offset
-    # is where it starts in that text (after the echo), whatever a chunk's text held back.
-    readers: dict[int, IncrementalDetokenizer] = {}
-    read: dict[int, int] = {}
+    offsets: dict[int, _Offsets] = {}  # per choice, over the tokens streamed so far
 
     def chunk(choices: list[s.CompletionChoice], usage: s.Usage | None = None) -> object:
         return s.Completion(id=rid, created=created, model=ctx.model, choices=choices, usage=usage)
@@ -333,16 +336,11 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     def delta_event(d: ChoiceDelta) -> object:
         logprobs = None
         if want_logprobs:
-            reader = readers.get(d.index)
-            if reader is None:
-                reader = readers[d.index] = IncrementalDetokenizer(tokenizer, prompt_ids)
-            at = read.get(d.index, len(echo or ""))
-            offsets = []
-            for entry in d.logprobs or []:
-                offsets.append(at)
-                at += len(reader.add(entry.token_id))
-            read[d.index] = at
-            logprobs = completion_logprobs(tokenizer, d.logprobs or [], prompt_ids, None, offsets)
+            entries = d.logprobs or []
+            if d.index not in offsets:
+                offsets[d.index] = _Offsets(tokenizer, prompt_ids, len(echo or ""))
+            at = offsets[d.index].of([e.token_id for e in entries])
+            logprobs = completion_logprobs(tokenizer, entries, prompt_ids, None, at)
         return chunk(
             [
                 s.CompletionChoice(
