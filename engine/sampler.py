@@ -214,15 +214,10 @@ class Sampler:
         if not wanted:
             return result
         index = torch.tensor(wanted, device=logits.device)
-        logprobs = logits[index].log_softmax(dim=-1)
-        chosen = logprobs.gather(1, token_ids[index].unsqueeze(1)).squeeze(1).tolist()
-        k_max = min(max(rows[i].params.logprobs or 0 for i in wanted), logits.shape[1])
-        top_values, top_ids = logprobs.topk(k_max, dim=-1)
-        values, ids = top_values.tolist(), top_ids.tolist()
-        chosen_ids = token_ids[index].tolist()
-        for j, i in enumerate(wanted):
+        k_max = max(rows[i].params.logprobs or 0 for i in wanted)
+        scored = score_tokens(logits[index], token_ids[index], k_max)
+        for entry, i in zip(scored, wanted, strict=True):
             k = rows[i].params.logprobs or 0
-            pairs = zip(ids[j][:k], values[j][:k], strict=True)
-            top = [(t, v) for t, v in pairs if v > NEG_INF]
-            result[i] = TokenLogprob(token_id=chosen_ids[j], logprob=chosen[j], top=top)
+            top = [(t, v) for t, v in entry.top[:k] if v > NEG_INF]
+            result[i] = TokenLogprob(token_id=entry.token_id, logprob=entry.logprob, top=top)
         return result
