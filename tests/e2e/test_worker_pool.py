@@ -79,6 +79,7 @@ def test_spread_then_sigkill_loses_no_unstarted_request_and_the_ledger_matches(
             victim_address = victim.address(redis_url, prefix)
             assert victim_address is not None
             live: list[StreamResult] = []
+            generated = victim.generated_tokens(redis_url, prefix)
             with ThreadPoolExecutor(10) as pool:
                 first = [
                     pool.submit(stream_chat, base, key, prompt(100 + i), 120, live)
@@ -86,10 +87,13 @@ def test_spread_then_sigkill_loses_no_unstarted_request_and_the_ledger_matches(
                 ]
                 # Non-streamed ones too: lost after tokens, they are the documented 503.
                 whole = [pool.submit(plain_chat, base, key, prompt(300 + i), 120) for i in range(4)]
+                # The victim itself must be generating: streams merely queued there would be
+                # retried elsewhere, and the kill would hit no running stream (a CI flake).
                 wait_until(
                     lambda: (
                         inflight(victim_address) >= 2
                         and sum(r.first_content_at is not None for r in live) >= 2
+                        and victim.generated_tokens(redis_url, prefix) >= generated + 4
                     ),
                     60,
                     "streams running on the victim",

@@ -74,11 +74,18 @@ class WorkerProcess:
 
     def prompt_tokens(self, redis_url: str, prefix: str) -> float:
         """Prompt tokens this worker's engine processed (from its /metrics)."""
+        return self._counter(redis_url, prefix, "hydrant_prompt_tokens_total")
+
+    def generated_tokens(self, redis_url: str, prefix: str) -> float:
+        """Tokens this worker's engine generated, counted at each step (from its /metrics)."""
+        return self._counter(redis_url, prefix, "hydrant_generation_tokens_total")
+
+    def _counter(self, redis_url: str, prefix: str, name: str) -> float:
         address = self.address(redis_url, prefix)
         assert address is not None
         text = httpx.get(f"{address}/metrics", headers={SECRET_HEADER: SECRET}).text
         for line in text.splitlines():
-            if line.startswith("hydrant_prompt_tokens_total{"):
+            if line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 
