@@ -1,8 +1,9 @@
 """Package discovery for the folder layout of DESIGN.md.
 
 `platform/` must not hold an `__init__.py` (it would shadow the standard
-library's `platform`), so the packages cannot be found by setuptools' usual
-scan. Each top folder is mapped to its `hydrant.*` name here and every
+library's `platform`), nor `kernels/` (it would shadow Hugging Face's `kernels`
+distribution, which transformers imports), so the packages cannot be found by
+setuptools' usual scan. Each top folder is mapped to its `hydrant.*` name here and every
 sub-package below it is listed, so new domains need no edit to packaging.
 """
 

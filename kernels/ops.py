@@ -17,6 +17,22 @@ CUDA graphs: every Triton launcher is capturable (no host sync, allocations
 come from the caching allocator) provided prefill gets `max_seqlen_q`; the
 decode split count depends only on shapes, so one graph per decode batch
 size and block-table width replays correctly for any context lengths.
+
+The rest of `hydrant.kernels` is implementation, reached through here:
+
+- `reference`: every op in plain PyTorch (CPU path, test oracle);
+- `kv_write`, `decode_attention`, `prefill_attention`, `rms_norm`, `rotary`,
+  `activation`, `quant_matmul` (+ `matmul_config`): a Triton kernel and its
+  launcher each; imported lazily, so CPU processes never load Triton;
+- `arguments`, `errors`, `backend`, `triton_support`: checks, errors, backend choice;
+- `rope_cache`, `int4_layout`: the rope table and the packed INT4 layout;
+- `quantization`: `quantize_model`, `QuantizedLinear`, quantized checkpoints;
+- `accuracy`: the quantization accuracy gates (tests and `bench/quant_accuracy.py`).
+
+The folder has no `__init__.py`, like `platform/`: `kernels` is also the import
+name of Hugging Face's `kernels` distribution (transformers >= 5 installs it and
+imports it when a model is built), and a regular package named `kernels` at the
+repository root would shadow it whenever the root is on `sys.path`.
 """
 
 from __future__ import annotations
