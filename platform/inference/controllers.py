@@ -81,7 +81,8 @@ def _screen(
     state: State, principal: Principal, model: ServedModel, prepared: PreparedRequest
 ) -> None:
     guard: AbuseGuard = state.abuse
-    guard.check(principal.key_id, prepared.prompt_token_ids, model.tokenizer.special_token_ids)
+    for prompt in prepared.prompts:
+        guard.check(principal.key_id, prompt.token_ids, model.tokenizer.special_token_ids)
 
 
 @dataclass(frozen=True)

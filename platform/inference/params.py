@@ -22,23 +22,65 @@ from hydrant.platform.inference.schemas import (
 from hydrant.platform.models.registry import ServedModel
 
 MAX_N = 16
+# A batched `/v1/completions` request runs one engine request per prompt; these bound what one
+# HTTP request may hold (lm-evaluation-harness sends its `batch_size` prompts at once).
+MAX_PROMPTS = 128
+MAX_CHOICES = 256
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 
 
 @dataclass(frozen=True)
-class PreparedRequest:
-    """A request ready for quotas and dispatch."""
+class PreparedPrompt:
+    """One prompt of a request: what one engine request runs."""
 
-    prompt_token_ids: list[int]
+    token_ids: list[int]
     sampling: Sampling
-    stream: bool
-    include_usage: bool
     echo_text: str | None = None
 
     @property
     def size(self) -> int:
-        """Tokens a request may occupy (`prompt + max_tokens`): what quota tiers classify."""
-        return len(self.prompt_token_ids) + self.sampling.max_tokens
+        """Tokens the prompt may occupy (`prompt + max_tokens`): what quota tiers classify."""
+        return len(self.token_ids) + self.sampling.max_tokens
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request ready for quotas and dispatch: one prompt, or several for a batched
+    `/v1/completions` request. The prompts share every setting but `max_tokens` (its default
+    depends on each prompt's length); choice `i` of prompt `p` is the response's choice
+    `p * n + i`, as OpenAI numbers them."""
+
+    prompts: tuple[PreparedPrompt, ...]
+    stream: bool
+    include_usage: bool
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            raise ValueError("a prepared request has at least one prompt")
+
+    @classmethod
+    def single(
+        cls,
+        prompt_token_ids: list[int],
+        sampling: Sampling,
+        stream: bool = False,
+        include_usage: bool = False,
+        echo_text: str | None = None,
+    ) -> PreparedRequest:
+        return cls((PreparedPrompt(prompt_token_ids, sampling, echo_text),), stream, include_usage)
+
+    @property
+    def settings(self) -> Sampling:
+        """What every prompt shares (n, logprobs, …); max_tokens is the first prompt's."""
+        return self.prompts[0].sampling
+
+    @property
+    def choices(self) -> int:
+        return len(self.prompts) * self.settings.n
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(p.token_ids) for p in self.prompts)
 
 
 def _message_text(message: ChatMessage, index: int) -> str:
@@ -80,28 +122,43 @@ def chat_prompt(request: ChatCompletionRequest, model: ServedModel) -> list[int]
         raise InvalidRequest(exc.message, param=exc.param or "messages") from exc
 
 
-def completion_prompt(request: CompletionRequest, model: ServedModel) -> list[int]:
-    """One prompt: a string, a list of token ids, or a one-element list of either."""
-    prompt = request.prompt
-    if isinstance(prompt, list) and len(prompt) == 1 and not isinstance(prompt[0], int):
-        prompt = prompt[0]  # type: ignore[assignment]
+def _prompt_list(prompt: str | list[str | int | list[int]]) -> list[str | list[int]]:
+    """OpenAI's four prompt forms as a list of prompts: a string, token ids, or a list of
+    either (a batch)."""
     if isinstance(prompt, str):
-        if not prompt:
-            raise InvalidRequest("prompt must not be empty", param="prompt")
-        ids = model.tokenizer.encode(prompt)
-    elif all(isinstance(p, int) for p in prompt):
-        ids = [int(p) for p in prompt]  # type: ignore[arg-type]
-    else:
-        raise InvalidRequest(
-            "prompt must be a string or a list of token ids; batched prompts are not supported",
-            param="prompt",
-        )
-    if not ids:
+        return [prompt]
+    if not prompt:
         raise InvalidRequest("prompt must not be empty", param="prompt")
+    if all(isinstance(p, int) for p in prompt):
+        return [prompt]  # type: ignore[list-item]
+    if all(isinstance(p, str) for p in prompt) or all(isinstance(p, list) for p in prompt):
+        return prompt  # type: ignore[return-value]
+    raise InvalidRequest(
+        "prompt must be a string, a list of token ids, or a list of strings or of token-id "
+        "lists; not a mix",
+        param="prompt",
+    )
+
+
+def completion_prompts(request: CompletionRequest, model: ServedModel) -> list[list[int]]:
+    """The token ids of each prompt of the request (one, or a batch of up to MAX_PROMPTS)."""
+    prompts = _prompt_list(request.prompt)
+    if len(prompts) > MAX_PROMPTS:
+        raise InvalidRequest(
+            f"a request takes at most {MAX_PROMPTS} prompts, got {len(prompts)}", param="prompt"
+        )
+    batched = len(prompts) > 1
     vocab = model.tokenizer.vocab_size
-    if any(not 0 <= t < vocab for t in ids):
-        raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
-    return ids
+    result = []
+    for index, prompt in enumerate(prompts):
+        where = f"prompt[{index}]" if batched else "prompt"
+        ids = model.tokenizer.encode(prompt) if isinstance(prompt, str) and prompt else prompt
+        if not ids:
+            raise InvalidRequest(f"{where} must not be empty", param="prompt")
+        if any(not 0 <= t < vocab for t in ids):
+            raise InvalidRequest(f"{where}: token ids must be in [0, {vocab})", param="prompt")
+        result.append(ids)
+    return result
 
 
 def _sampling(
@@ -179,9 +236,9 @@ def prepare_chat(
     if request.top_logprobs is not None and not request.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
-    return PreparedRequest(
-        prompt_token_ids=ids,
-        sampling=_sampling(request, max_tokens, logprobs, model),
+    return PreparedRequest.single(
+        ids,
+        _sampling(request, max_tokens, logprobs, model),
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
     )
@@ -194,22 +251,30 @@ def prepare_completion(
         raise InvalidRequest("suffix is not supported by this server", param="suffix")
     if request.best_of not in (None, request.n):
         raise InvalidRequest("best_of other than n is not supported", param="best_of")
-    ids = completion_prompt(request, model)
-    scoring = request.echo and request.logprobs is not None
-    if scoring and request.max_tokens == 0:  # the prompt's logprobs alone, nothing generated
-        max_tokens = 0
-    else:
-        max_tokens = _max_tokens(request.max_tokens, default_max_tokens, len(ids), model)
-    _check_context(len(ids), max_tokens, model)
     if request.logprobs is not None and request.logprobs > 5:
         raise InvalidRequest("logprobs must be between 0 and 5", param="logprobs")
-    echo = model.tokenizer.decode(ids) if request.echo else None
+    batch = completion_prompts(request, model)
+    if len(batch) * request.n > MAX_CHOICES:
+        raise InvalidRequest(
+            f"{len(batch)} prompts with n={request.n} make {len(batch) * request.n} choices; "
+            f"a request returns at most {MAX_CHOICES}",
+            param="n",
+        )
+    scoring = request.echo and request.logprobs is not None
     # with echo, the prompt is scored too
     prompt_logprobs = request.logprobs if scoring else None
+    prompts = []
+    for ids in batch:
+        if scoring and request.max_tokens == 0:  # the prompt's logprobs alone, nothing generated
+            max_tokens = 0
+        else:
+            max_tokens = _max_tokens(request.max_tokens, default_max_tokens, len(ids), model)
+        _check_context(len(ids), max_tokens, model)
+        sampling = _sampling(request, max_tokens, request.logprobs, model, prompt_logprobs)
+        echo = model.tokenizer.decode(ids) if request.echo else None
+        prompts.append(PreparedPrompt(ids, sampling, echo))
     return PreparedRequest(
-        prompt_token_ids=ids,
-        sampling=_sampling(request, max_tokens, request.logprobs, model, prompt_logprobs),
+        tuple(prompts),
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
-        echo_text=echo,
     )

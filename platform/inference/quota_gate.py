@@ -12,13 +12,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
-from hydrant.platform.errors import BudgetExhausted, RateLimited, ServiceUnavailable, Unprocessable
+from hydrant.platform.errors import (
+    BudgetExhausted,
+    InvalidRequest,
+    RateLimited,
+    ServiceUnavailable,
+    Unprocessable,
+)
 from hydrant.platform.inference.accounting import Admission, Outcome, RequestContext
+from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.quotas import Admission as QuotaAdmission
 from hydrant.platform.quotas import (
     LimitKind,
@@ -28,6 +36,7 @@ from hydrant.platform.quotas import (
     RequestTooLargeError,
     TenantQuota,
     Tier,
+    TierDecision,
     TierPolicy,
     build_checks,
     classify,
@@ -44,24 +53,57 @@ class LaneFull(Exception):
 
 
 class LongLane:
-    """A bounded queue in front of a model's long requests: at most `slots` run at once."""
+    """A bounded FIFO queue in front of a model's long requests: at most `slots` prompts run
+    at once.
+
+    A batched request holds one place per prompt (at most all of them), granted together, so
+    two half-admitted batches can never hold each other's places. Places go in arrival order:
+    a batch waiting for several places is not overtaken by single prompts behind it.
+    """
 
     def __init__(self, slots: int, max_waiting: int) -> None:
-        self._slots = asyncio.Semaphore(slots)
+        self.slots = slots
         self.max_waiting = max_waiting
-        self.waiting = 0
+        self._free = slots
+        self._queue: deque[tuple[int, asyncio.Future[None]]] = deque()
 
-    async def enter(self, timeout_s: float) -> None:
-        if self.waiting >= self.max_waiting:
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def weight(self, prompts: int) -> int:
+        return max(1, min(prompts, self.slots))
+
+    async def enter(self, timeout_s: float, prompts: int = 1) -> None:
+        need = self.weight(prompts)
+        if not self._queue and self._free >= need:
+            self._free -= need
+            return
+        if len(self._queue) >= self.max_waiting:
             raise LaneFull
-        self.waiting += 1
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (need, granted)
+        self._queue.append(entry)
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeout_s)
-        finally:
-            self.waiting -= 1
+            await asyncio.wait_for(asyncio.shield(granted), timeout_s)
+        except BaseException:
+            if granted.done():  # granted as the wait ended: give the places back
+                self._free += need
+            else:
+                self._queue.remove(entry)
+                granted.cancel()
+            self._grant()
+            raise
 
-    def leave(self) -> None:
-        self._slots.release()
+    def leave(self, prompts: int = 1) -> None:
+        self._free += self.weight(prompts)
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._queue and self._queue[0][0] <= self._free:
+            need, granted = self._queue.popleft()
+            self._free -= need
+            granted.set_result(None)
 
 
 @dataclass
@@ -70,6 +112,7 @@ class _Settlement:
     admission: QuotaAdmission | None
     lane: LongLane | None
     price: Price | None
+    prompts: int = 1
 
     async def settle(self, outcome: Outcome) -> None:
         try:
@@ -93,7 +136,7 @@ class _Settlement:
                 await self.backend.settle(self.admission, actual)
         finally:
             if self.lane is not None:
-                self.lane.leave()
+                self.lane.leave(self.prompts)
 
 
 def _quota(ctx: RequestContext) -> tuple[TierPolicy, TenantQuota]:
@@ -152,22 +195,25 @@ class QuotaGate:
             self._refused(ctx.tenant_id, reason)
 
         policy, quota = _quota(ctx)
-        sampling = ctx.prepared.sampling
-        prompt = len(ctx.prepared.prompt_token_ids)
-        try:
-            tier = classify(prompt, sampling.max_tokens, policy, model_context=ctx.max_model_len)
-        except RequestTooLargeError as exc:
-            refused(exc.reason)
-            raise Unprocessable(
-                f"{exc}; shorten the prompt or lower max_tokens",
-                param="messages" if exc.reason == "prompt_too_long" else "max_tokens",
-                code="context_length_exceeded",
-            ) from exc
+        prepared = ctx.prepared
+        prompts = len(prepared.prompts)
+        tier = self._tier(prepared, policy, ctx.max_model_len, refused)
+        if tier.requests_per_s is not None and prompts > tier.requests_per_s:
+            refused("batch_over_key_rate")
+            raise InvalidRequest(
+                f"{prompts} prompts of this size ({tier.total_tokens} tokens with max_tokens) "
+                f"exceed this key's limit of {tier.requests_per_s} such prompts per second; "
+                f"send at most {tier.requests_per_s} per request",
+                param="prompt",
+                code="batch_too_large",
+            )
+        output_tokens = sum(p.sampling.max_tokens * p.sampling.n for p in prepared.prompts)
+        reserve_tokens = prepared.prompt_tokens + output_tokens
         price = self.prices(ctx.model)
         reserve = Decimal(0)
         if price is not None:
             reserve = charge_for(
-                TokenUsage(input_tokens=prompt, output_tokens=sampling.max_tokens * sampling.n),
+                TokenUsage(input_tokens=prepared.prompt_tokens, output_tokens=output_tokens),
                 price,
             )
         lane = None
@@ -175,7 +221,7 @@ class QuotaGate:
             lane = self.lane(ctx.model)
             waited_from = time.monotonic()
             try:
-                await lane.enter(tier.queue_timeout_s or policy.long_queue_timeout_s)
+                await lane.enter(tier.queue_timeout_s or policy.long_queue_timeout_s, prompts)
                 self._lane_waited(ctx.model, time.monotonic() - waited_from)
             except LaneFull:
                 refused("long_lane_full")
@@ -197,15 +243,16 @@ class QuotaGate:
             key_id=ctx.api_key_id or "none",
             tier=tier,
             quota=quota,
-            reserve_tokens=prompt + sampling.max_tokens * sampling.n,
+            reserve_tokens=reserve_tokens,
             reserve_money=reserve,
+            requests=prompts,
             at=ctx.started_at,
         )
         try:
             admission = await self.backend.admit(checks) if checks else None
         except QuotaExceeded as exc:
             if lane is not None:
-                lane.leave()
+                lane.leave(prompts)
             refusal = exc.refusal
             refused(refusal.limit_name)
             words = _LIMIT_WORDS.get(refusal.limit_name, refusal.limit_name)
@@ -222,11 +269,39 @@ class QuotaGate:
             ) from exc
         except QuotaBackendUnavailable as exc:
             if lane is not None:
-                lane.leave()
+                lane.leave(prompts)
             refused("quota_backend_unavailable")
             raise ServiceUnavailable(
                 "the quota service is unavailable; requests are refused until it recovers",
                 code="quota_unavailable",
                 retry_after=2,
             ) from exc
-        return _Settlement(self.backend, admission, lane, price)
+        return _Settlement(self.backend, admission, lane, price, prompts)
+
+    def _tier(
+        self,
+        prepared: PreparedRequest,
+        policy: TierPolicy,
+        model_context: int | None,
+        refused: Callable[[str], None],
+    ) -> TierDecision:
+        """The tier of the request's largest prompt: each prompt is its own sequence on the
+        device, so a batch is as long as its longest member, and counts once per prompt."""
+        largest: TierDecision | None = None
+        for prompt in prepared.prompts:
+            sampling = prompt.sampling
+            try:
+                tier = classify(
+                    len(prompt.token_ids), sampling.max_tokens, policy, model_context=model_context
+                )
+            except RequestTooLargeError as exc:
+                refused(exc.reason)
+                raise Unprocessable(
+                    f"{exc}; shorten the prompt or lower max_tokens",
+                    param="messages" if exc.reason == "prompt_too_long" else "max_tokens",
+                    code="context_length_exceeded",
+                ) from exc
+            if largest is None or tier.total_tokens > largest.total_tokens:
+                largest = tier
+        assert largest is not None  # a prepared request has at least one prompt
+        return largest

@@ -61,14 +61,16 @@ class _Choice:
 
 
 class Accumulator:
-    """Collects the chunks of a request into per-choice text, logprobs and finish reasons."""
+    """Collects the chunks of a request into per-choice text, logprobs and finish reasons.
+    Choice `i` of prompt `p` is choice `p * n + i` of the response (a batched completion)."""
 
-    def __init__(self, n: int) -> None:
-        self.choices = [_Choice() for _ in range(n)]
-        self.prompt_logprobs: list[TokenLogprob | None] | None = None
+    def __init__(self, prompts: int, n: int) -> None:
+        self.n = n
+        self.choices = [_Choice() for _ in range(prompts * n)]
+        self.prompt_logprobs: list[list[TokenLogprob | None] | None] = [None] * prompts
 
-    def add(self, delta: ChoiceDelta) -> None:
-        choice = self.choices[delta.index]
+    def add(self, prompt: int, delta: ChoiceDelta) -> None:
+        choice = self.choices[prompt * self.n + delta.index]
         choice.text.append(delta.text)
         if delta.logprobs:
             choice.logprobs.extend(delta.logprobs)
@@ -82,18 +84,19 @@ def _finish(reason: str | None) -> str | None:
 
 
 async def collect(generation: Generation) -> Accumulator:
-    accumulator = Accumulator(generation.ctx.prepared.sampling.n)
-    async for chunk in generation:
+    prepared = generation.ctx.prepared
+    accumulator = Accumulator(len(prepared.prompts), prepared.settings.n)
+    async for prompt, chunk in generation:
         if chunk.prompt_logprobs is not None:
-            accumulator.prompt_logprobs = chunk.prompt_logprobs
+            accumulator.prompt_logprobs[prompt] = chunk.prompt_logprobs
         for delta in chunk.choices:
-            accumulator.add(delta)
+            accumulator.add(prompt, delta)
     return accumulator
 
 
 async def chat_completion(generation: Generation, tokenizer: Tokenizer) -> s.ChatCompletion:
     acc = await collect(generation)
-    want_logprobs = generation.ctx.prepared.sampling.logprobs is not None
+    want_logprobs = generation.ctx.prepared.settings.logprobs is not None
     return s.ChatCompletion(
         id=f"chatcmpl-{generation.ctx.request_id}",
         created=int(time.time()),
@@ -169,19 +172,24 @@ def _top(tokenizer: Tokenizer, entry: TokenLogprob) -> dict[str, float]:
 async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Completion:
     acc = await collect(generation)
     prepared = generation.ctx.prepared
-    prefix = prepared.echo_text or ""
+    n = prepared.settings.n
 
     def logprobs() -> list[s.CompletionLogprobs | None]:
-        if prepared.sampling.logprobs is None:
+        if prepared.settings.logprobs is None:
             return [None] * len(acc.choices)
-        ids = prepared.prompt_token_ids
         return [
-            completion_logprobs(tokenizer, c.logprobs, ids, acc.prompt_logprobs)
-            for c in acc.choices
+            completion_logprobs(
+                tokenizer,
+                c.logprobs,
+                prepared.prompts[i // n].token_ids,
+                acc.prompt_logprobs[i // n],
+            )
+            for i, c in enumerate(acc.choices)
         ]
 
     # A scored prompt (echo) is up to 8192 tokens to render, about 0.1 s: off the event loop.
-    rendered = await asyncio.to_thread(logprobs) if acc.prompt_logprobs else logprobs()
+    scored = any(p is not None for p in acc.prompt_logprobs)
+    rendered = await asyncio.to_thread(logprobs) if scored else logprobs()
     return s.Completion(
         id=f"cmpl-{generation.ctx.request_id}",
         created=int(time.time()),
@@ -189,7 +197,7 @@ async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Com
         choices=[
             s.CompletionChoice(
                 index=i,
-                text=prefix + "".join(c.text),
+                text=(prepared.prompts[i // n].echo_text or "") + "".join(c.text),
                 logprobs=rendered[i],
                 finish_reason=_finish(c.finish_reason),
             )
@@ -225,44 +233,47 @@ DONE = b"data: [DONE]\n\n"
 async def _events(
     generation: Generation,
     first_event: Callable[[int, GenerateChunk | None], object] | None,
-    delta_event: Callable[[ChoiceDelta], object],
+    delta_event: Callable[[int, ChoiceDelta], object],
     usage_event: Callable[[RequestUsage], object],
     error_event: Callable[[str], object],
     *,
     first_after_prefill: bool = False,
 ) -> AsyncIterator[bytes]:
-    """The SSE events of a generation. The first events (one per choice) go out at once, or
-    with `first_after_prefill` along with the first chunk (an echo that carries the prompt's
-    logprobs, which exist once the prompt is computed)."""
-    n = generation.ctx.prepared.sampling.n
+    """The SSE events of a generation, each choice under its response index (`p * n + i` for
+    choice `i` of prompt `p`). The first events (one per choice) go out at once, or with
+    `first_after_prefill` along with the prompt's first chunk (an echo that carries the
+    prompt's logprobs, which exist once the prompt is computed)."""
+    prepared = generation.ctx.prepared
+    n = prepared.settings.n
     if first_event is not None and not first_after_prefill:
-        for index in range(n):
+        for index in range(prepared.choices):
             yield sse(first_event(index, None))
         first_event = None
+    opened = [first_event is None] * len(prepared.prompts)  # its first events are out
     try:
-        async for chunk in generation:
-            if first_event is not None:  # a scored prompt to render: off the event loop
-                for index in range(n):
+        async for prompt, chunk in generation:
+            if not opened[prompt] and first_event is not None:  # a scored prompt: off the loop
+                for index in range(prompt * n, prompt * n + n):
                     yield sse(await asyncio.to_thread(first_event, index, chunk))
-                first_event = None
+                opened[prompt] = True
             for delta in chunk.choices:
                 if delta.text or delta.finish_reason or delta.logprobs:
-                    yield sse(delta_event(delta))
+                    yield sse(delta_event(prompt * n + delta.index, delta))
             if chunk.error:
                 yield sse(error_event(chunk.error))
     except Exception:  # the engine or worker failed mid-stream: end with an error event
         yield sse(error_event("the model failed while generating; the response is incomplete"))
         yield DONE
         return
-    if generation.ctx.prepared.include_usage:
+    if prepared.include_usage:
         yield sse(usage_event(generation.usage()))
     yield DONE
 
 
 def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[bytes]:
     ctx = generation.ctx
-    rid, created, want_logprobs = f"chatcmpl-{ctx.request_id}", int(time.time()), False
-    want_logprobs = ctx.prepared.sampling.logprobs is not None
+    rid, created = f"chatcmpl-{ctx.request_id}", int(time.time())
+    want_logprobs = ctx.prepared.settings.logprobs is not None
 
     def chunk(choices: list[s.ChatChunkChoice], usage: s.Usage | None = None) -> object:
         return s.ChatCompletionChunk(
@@ -281,10 +292,10 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
                 )
             ]
         ),
-        lambda d: chunk(
+        lambda i, d: chunk(
             [
                 s.ChatChunkChoice(
-                    index=d.index,
+                    index=i,
                     delta=s.ChatDelta(content=d.text) if d.text else s.ChatDelta(),
                     logprobs=chat_logprobs(tokenizer, d.logprobs or []) if want_logprobs else None,
                     finish_reason=_finish(d.finish_reason),
@@ -307,44 +318,48 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     ctx = generation.ctx
     rid, created = f"cmpl-{ctx.request_id}", int(time.time())
     prepared = ctx.prepared
-    want_logprobs = prepared.sampling.logprobs is not None
-    scored = prepared.sampling.prompt_logprobs is not None  # echo with logprobs
-    prompt_ids = prepared.prompt_token_ids
-    echo = prepared.echo_text
+    n = prepared.settings.n
+    want_logprobs = prepared.settings.logprobs is not None
+    scored = prepared.settings.prompt_logprobs is not None  # echo with logprobs
+    echoed = prepared.prompts[0].echo_text is not None
     offsets: dict[int, _Offsets] = {}  # per choice, over the tokens streamed so far
 
     def chunk(choices: list[s.CompletionChoice], usage: s.Usage | None = None) -> object:
         return s.Completion(id=rid, created=created, model=ctx.model, choices=choices, usage=usage)
 
-    echo_logprobs: list[s.CompletionLogprobs] = []  # rendered once for the n choices
+    echo_logprobs: dict[int, s.CompletionLogprobs] = {}  # per prompt, rendered once for its n
 
     def echo_event(index: int, first: GenerateChunk | None) -> object:
+        prompt = prepared.prompts[index // n]
         logprobs = None
         if scored:
-            if not echo_logprobs:
+            if index // n not in echo_logprobs:
                 scores = (first.prompt_logprobs if first is not None else None) or []
-                echo_logprobs.append(completion_logprobs(tokenizer, [], prompt_ids, scores))
-            logprobs = echo_logprobs[0]
+                echo_logprobs[index // n] = completion_logprobs(
+                    tokenizer, [], prompt.token_ids, scores
+                )
+            logprobs = echo_logprobs[index // n]
         return chunk(
             [
                 s.CompletionChoice(
-                    index=index, text=echo or "", logprobs=logprobs, finish_reason=None
+                    index=index, text=prompt.echo_text or "", logprobs=logprobs, finish_reason=None
                 )
             ]
         )
 
-    def delta_event(d: ChoiceDelta) -> object:
+    def delta_event(index: int, d: ChoiceDelta) -> object:
         logprobs = None
         if want_logprobs:
+            prompt = prepared.prompts[index // n]
             entries = d.logprobs or []
-            if d.index not in offsets:
-                offsets[d.index] = _Offsets(tokenizer, prompt_ids, len(echo or ""))
-            at = offsets[d.index].of([e.token_id for e in entries])
-            logprobs = completion_logprobs(tokenizer, entries, prompt_ids, None, at)
+            if index not in offsets:
+                offsets[index] = _Offsets(tokenizer, prompt.token_ids, len(prompt.echo_text or ""))
+            at = offsets[index].of([e.token_id for e in entries])
+            logprobs = completion_logprobs(tokenizer, entries, prompt.token_ids, None, at)
         return chunk(
             [
                 s.CompletionChoice(
-                    index=d.index,
+                    index=index,
                     text=d.text,
                     logprobs=logprobs,
                     finish_reason=_finish(d.finish_reason),
@@ -354,7 +369,7 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
 
     return _events(
         generation,
-        echo_event if echo else None,
+        echo_event if echoed else None,
         delta_event,
         lambda u: chunk([], usage_body(u)),
         lambda message: {

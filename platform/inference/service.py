@@ -46,53 +46,113 @@ class _Tally:
     completion_tokens: int = 0
 
 
+@dataclass
+class _Prompt:
+    """One engine request of a generation: a batched completion has one per prompt."""
+
+    request_id: str
+    stream: AsyncIterator[GenerateChunk]
+    first: GenerateChunk | None
+    tally: _Tally
+    usage: RequestUsage | None = None
+    status: EntryStatus | None = None
+
+    def observe(self, chunk: GenerateChunk) -> None:
+        self.tally.completion_tokens += sum(len(c.token_ids) for c in chunk.choices)
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if chunk.finished:
+            reasons = [c.finish_reason for c in chunk.choices if c.finish_reason]
+            if chunk.error:
+                self.status = "failed"
+            elif "abort" in reasons:
+                self.status = "aborted"
+            else:
+                self.status = "finished"
+
+    def reported(self) -> RequestUsage:
+        """The engine's exact usage when it reported one, else what the gateway counted."""
+        if self.usage is not None:
+            return self.usage
+        return RequestUsage(
+            prompt_tokens=self.tally.prompt_tokens,
+            cached_tokens=0,
+            completion_tokens=self.tally.completion_tokens,
+            device_ns=0,
+        )
+
+
+def _combined(usages: list[RequestUsage]) -> RequestUsage:
+    """A batch's usage: counts and device time add up; the prompts ran side by side, so its
+    engine time is the longest one's (None when any prompt's is unknown)."""
+
+    def slowest(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else max(v for v in values if v is not None)
+
+    first = [u.first_token_seconds for u in usages]
+    return RequestUsage(
+        prompt_tokens=sum(u.prompt_tokens for u in usages),
+        cached_tokens=sum(u.cached_tokens for u in usages),
+        completion_tokens=sum(u.completion_tokens for u in usages),
+        device_ns=sum(u.device_ns for u in usages),
+        queue_seconds=slowest([u.queue_seconds for u in usages]),
+        first_token_seconds=None if None in first else min(v for v in first if v is not None),
+        e2e_seconds=slowest([u.e2e_seconds for u in usages]),
+    )
+
+
+_END = object()  # a prompt's stream is over (in the merge queue)
+
+
 class Generation:
-    """The chunks of one request; iterate it once (it closes itself and settles)."""
+    """The chunks of one request, as `(prompt index, chunk)`; iterate it once (it closes
+    itself and settles). A batched completion runs one engine request per prompt, merged here
+    as their chunks arrive, and settles once, with one ledger entry for all of them."""
 
     def __init__(
         self,
         ctx: RequestContext,
         model: ServedModel,
-        stream: AsyncIterator[GenerateChunk],
-        first: GenerateChunk,
+        prompts: list[_Prompt],
         admission: Admission,
         ledger: LedgerWriter,
     ) -> None:
         self.ctx = ctx
         self._model = model
-        self._stream = stream
-        self._first: GenerateChunk | None = first
+        self._prompts = prompts
         self._admission = admission
         self._ledger = ledger
-        self._tally = _Tally(prompt_tokens=len(ctx.prepared.prompt_token_ids))
-        self._usage: RequestUsage | None = None
         self._status: EntryStatus | None = None
         self._settled = False
+        self._pumps: list[asyncio.Task[None]] = []
 
-    def _observe(self, chunk: GenerateChunk) -> None:
-        self._tally.completion_tokens += sum(len(c.token_ids) for c in chunk.choices)
-        if chunk.usage is not None:
-            self._usage = chunk.usage
-        if chunk.finished:
-            reasons = [c.finish_reason for c in chunk.choices if c.finish_reason]
-            if chunk.error:
-                self._status = "failed"
-            elif "abort" in reasons:
-                self._status = "aborted"
-            else:
-                self._status = "finished"
+    def _overall(self) -> EntryStatus | None:
+        statuses = [p.status for p in self._prompts]
+        if "failed" in statuses:
+            return "failed"
+        if "aborted" in statuses:
+            return "aborted"
+        return "finished" if all(s == "finished" for s in statuses) else None
 
-    async def __aiter__(self) -> AsyncIterator[GenerateChunk]:
+    async def __aiter__(self) -> AsyncIterator[tuple[int, GenerateChunk]]:
         try:
-            if self._first is not None:
-                first, self._first = self._first, None
-                self._observe(first)
-                yield first
-            async for chunk in self._stream:
-                self._observe(chunk)
-                yield chunk
+            for index, prompt in enumerate(self._prompts):
+                if prompt.first is not None:
+                    first, prompt.first = prompt.first, None
+                    prompt.observe(first)
+                    yield index, first
+            if len(self._prompts) == 1:  # the common case: no merge, no tasks
+                only = self._prompts[0]
+                async for chunk in only.stream:
+                    only.observe(chunk)
+                    yield 0, chunk
+            else:
+                async for index, chunk in self._merged():
+                    self._prompts[index].observe(chunk)
+                    yield index, chunk
+            self._status = self._overall()  # None: a stream ended before its last chunk
         except (asyncio.CancelledError, GeneratorExit):
-            self._status = self._status or "stopped"  # the client went away
+            self._status = self._overall() or "stopped"  # the client went away
             raise
         except Exception:
             self._status = "failed"
@@ -101,15 +161,43 @@ class Generation:
         finally:
             await self._finish()
 
+    async def _merged(self) -> AsyncIterator[tuple[int, GenerateChunk]]:
+        """The prompts' chunks in arrival order; a failure of any stream is raised here."""
+        queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+
+        async def pump(index: int, stream: AsyncIterator[GenerateChunk]) -> None:
+            try:
+                async for chunk in stream:
+                    queue.put_nowait((index, chunk))
+            except Exception as exc:
+                queue.put_nowait((index, exc))
+            queue.put_nowait((index, _END))
+
+        self._pumps = [asyncio.create_task(pump(i, p.stream)) for i, p in enumerate(self._prompts)]
+        running = len(self._pumps)
+        while running:
+            index, item = await queue.get()
+            if item is _END:
+                running -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield index, item  # type: ignore[misc]
+
     async def _finish(self) -> None:
         if self._settled:
             return
         self._settled = True
-        if self._status in (None, "stopped", "failed"):
+        for pump in self._pumps:
+            pump.cancel()
+        if self._pumps:
+            await asyncio.gather(*self._pumps, return_exceptions=True)
+        for prompt in self._prompts:
+            if prompt.status is None or self._status in ("stopped", "failed"):
+                with contextlib.suppress(Exception):
+                    await self._model.client.abort(prompt.request_id)
             with contextlib.suppress(Exception):
-                await self._model.client.abort(self.ctx.request_id)
-        with contextlib.suppress(Exception):
-            await self._stream.aclose()  # type: ignore[attr-defined]
+                await prompt.stream.aclose()  # type: ignore[attr-defined]
         outcome = Outcome(
             status=self._status or "stopped", usage=self.usage(), finished_at=utcnow()
         )
@@ -149,15 +237,11 @@ class Generation:
             )
 
     def usage(self) -> RequestUsage:
-        """The engine's exact usage when it reported one, else what the gateway counted."""
-        if self._usage is not None:
-            return self._usage
-        return RequestUsage(
-            prompt_tokens=self._tally.prompt_tokens,
-            cached_tokens=0,
-            completion_tokens=self._tally.completion_tokens,
-            device_ns=0,
-        )
+        """The engine's exact usage when it reported one, else what the gateway counted;
+        summed over the prompts of a batch."""
+        if len(self._prompts) == 1:
+            return self._prompts[0].reported()
+        return _combined([p.reported() for p in self._prompts])
 
 
 class InferenceService:
@@ -177,24 +261,65 @@ class InferenceService:
             await self._ready()
         admission = await self.gatekeeper.admit(ctx)
         prepared = ctx.prepared
-        request = GenerateRequest(
-            request_id=ctx.request_id,
-            prompt_token_ids=prepared.prompt_token_ids,
-            sampling=prepared.sampling,
-            tenant_id=ctx.tenant_id,
-            tenant_weight=ctx.tenant_weight,
-            priority=ctx.priority,
-        )
-        stream = model.client.generate(request)
-        try:
-            first = await stream.__anext__()
-        except BaseException as exc:
-            empty = RequestUsage(prompt_tokens=0, cached_tokens=0, completion_tokens=0, device_ns=0)
-            outcome = Outcome(status="failed", usage=empty, finished_at=utcnow())
-            await asyncio.shield(admission.settle(outcome))
-            if isinstance(exc, InvalidRequestError):
-                raise InvalidRequest(exc.message, param=exc.param) from exc
-            if isinstance(exc, StopAsyncIteration):
-                raise ServiceUnavailable("the engine closed the request without output") from exc
-            raise
-        return Generation(ctx, model, stream, first, admission, self.ledger)
+        batched = len(prepared.prompts) > 1
+        prompts = []
+        for index, prompt in enumerate(prepared.prompts):
+            request_id = f"{ctx.request_id}-{index}" if batched else ctx.request_id
+            request = GenerateRequest(
+                request_id=request_id,
+                prompt_token_ids=prompt.token_ids,
+                sampling=prompt.sampling,
+                tenant_id=ctx.tenant_id,
+                tenant_weight=ctx.tenant_weight,
+                priority=ctx.priority,
+            )
+            stream = model.client.generate(request)
+            prompts.append(_Prompt(request_id, stream, None, _Tally(len(prompt.token_ids))))
+        if batched:
+            try:
+                firsts = await asyncio.gather(*(_first_or_exception(p.stream) for p in prompts))
+            except asyncio.CancelledError as exc:  # the client left while prompts started
+                firsts = [exc] * len(prompts)
+        else:
+            firsts = [await _first_or_exception(prompts[0].stream)]
+        failure = next((f for f in firsts if isinstance(f, BaseException)), None)
+        if failure is not None:
+            await asyncio.shield(self._refuse(model, prompts, firsts, admission))
+            if isinstance(failure, InvalidRequestError):
+                raise InvalidRequest(failure.message, param=failure.param) from failure
+            if isinstance(failure, StopAsyncIteration):
+                raise ServiceUnavailable(
+                    "the engine closed the request without output"
+                ) from failure
+            raise failure
+        for started, first in zip(prompts, firsts, strict=True):
+            if isinstance(first, GenerateChunk):  # all are, past the check above
+                started.first = first
+        return Generation(ctx, model, prompts, admission, self.ledger)
+
+    @staticmethod
+    async def _refuse(
+        model: ServedModel,
+        prompts: list[_Prompt],
+        firsts: list[GenerateChunk | BaseException],
+        admission: Admission,
+    ) -> None:
+        """A prompt failed before any output: stop the batch's others, nothing is charged.
+        Stopped are those that started, and all of them when the request was cancelled."""
+        for prompt, first in zip(prompts, firsts, strict=True):
+            if not isinstance(first, BaseException) or isinstance(first, asyncio.CancelledError):
+                with contextlib.suppress(Exception):
+                    await model.client.abort(prompt.request_id)
+                with contextlib.suppress(Exception):
+                    await prompt.stream.aclose()  # type: ignore[attr-defined]
+        empty = RequestUsage(prompt_tokens=0, cached_tokens=0, completion_tokens=0, device_ns=0)
+        await admission.settle(Outcome(status="failed", usage=empty, finished_at=utcnow()))
+
+
+async def _first_or_exception(
+    stream: AsyncIterator[GenerateChunk],
+) -> GenerateChunk | BaseException:
+    try:
+        return await stream.__anext__()
+    except BaseException as exc:
+        return exc

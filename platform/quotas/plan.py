@@ -69,15 +69,21 @@ def build_checks(
     reserve_money: Decimal,
     at: datetime,
     lease_s: float = 900.0,
+    requests: int = 1,
 ) -> tuple[Check, ...]:
-    """The checks for one request, reserving its maximum tokens and cost."""
+    """The checks for one request, reserving its maximum tokens and cost.
+
+    `requests` is how many prompts the request holds (a batched completion): the per-key
+    tier rate counts prompts, since each is a sequence of that size on the device; the
+    tenant's requests per minute count the HTTP request once, as OpenAI counts a batch.
+    """
     tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
     _require_id(key_id, "key_id")
     micros = to_micro_units(reserve_money)
     checks: list[Check] = []
     if tier.requests_per_s is not None:
         key = f"{tag}:key:{key_id}:{tier.tier}"
-        checks.append(WindowCheck(KEY_RATE, key, tier.requests_per_s, 1.0))
+        checks.append(WindowCheck(KEY_RATE, key, tier.requests_per_s, 1.0, requests))
     if quota.requests_per_minute is not None:
         checks.append(WindowCheck(TENANT_RPM, f"{tag}:rpm", quota.requests_per_minute, 60.0))
     if quota.tokens_per_minute is not None:

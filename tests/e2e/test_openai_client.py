@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -290,6 +291,87 @@ def test_streamed_text_offsets_equal_the_whole_responses(client: openai.OpenAI) 
             ]
             assert held, "no text was held back"
         assert "".join(c.text for e in events for c in e.choices) == whole.choices[0].text
+
+
+BATCH = ["Once upon a time", "The river runs to the sea", "河流说 🌊"]
+
+
+def test_batched_prompts_answer_as_each_prompt_alone(
+    server: RunningServer, client: openai.OpenAI, demo_model_dir: Path
+) -> None:
+    """A `prompt` list is a batch: choice `i` of prompt `p` is choice `p * n + i`, each as
+    the prompt alone would get it; usage and the one ledger entry sum the prompts."""
+    kwargs = dict(model="demo", max_tokens=8, n=2, temperature=0.0, logprobs=1)
+    alone = [client.completions.create(prompt=p, **kwargs) for p in BATCH]  # type: ignore[call-overload]
+    raw = client.completions.with_raw_response.create(prompt=BATCH, **kwargs)  # type: ignore[call-overload]
+    batch = raw.parse()
+    assert [c.index for c in batch.choices] == list(range(6))
+    for index, choice in enumerate(batch.choices):
+        expected = alone[index // 2].choices[index % 2]
+        assert choice.text == expected.text
+        assert choice.logprobs.tokens == expected.logprobs.tokens  # type: ignore[union-attr]
+        assert choice.logprobs.token_logprobs == pytest.approx(  # type: ignore[union-attr]
+            expected.logprobs.token_logprobs,  # type: ignore[union-attr]
+            abs=1e-3,
+        )
+        assert choice.logprobs.text_offset == expected.logprobs.text_offset  # type: ignore[union-attr]
+    usage = batch.usage
+    assert usage is not None
+    tokenizer = Tokenizer.from_pretrained(demo_model_dir)
+    assert usage.prompt_tokens == sum(len(tokenizer.encode(p)) for p in BATCH)
+    assert usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)  # type: ignore[union-attr]
+    entry = _ledger(server, raw.headers["x-request-id"])
+    assert entry is not None
+    status, input_tokens, _, output_tokens, _ = entry
+    assert (status, input_tokens, output_tokens) == (
+        "finished",
+        usage.prompt_tokens,
+        usage.completion_tokens,
+    )
+    assert _ledger(server, raw.headers["x-request-id"] + "-0") is None  # one entry, not three
+
+    # the same batch as token ids, streamed: every choice's text arrives under its index
+    ids = [tokenizer.encode(p) for p in BATCH]
+    events = list(
+        client.completions.create(
+            prompt=ids,
+            stream=True,
+            stream_options={"include_usage": True},
+            **kwargs,  # type: ignore[arg-type]
+        )
+    )
+    texts = [""] * 6
+    for event in events:
+        for choice in event.choices:
+            texts[choice.index] += choice.text
+    assert texts == [c.text for c in batch.choices]
+    assert events[-1].usage is not None
+    assert events[-1].usage.completion_tokens == usage.completion_tokens
+
+
+def test_batched_echo_scores_each_prompt(client: openai.OpenAI) -> None:
+    """How lm-evaluation-harness scores at a batch size above 1: echo, logprobs and
+    max_tokens 0 over a list of prompts, each scored as alone."""
+    kwargs = dict(model="demo", max_tokens=0, echo=True, logprobs=1, temperature=0.0)
+    alone = [client.completions.create(prompt=p, **kwargs) for p in BATCH]  # type: ignore[call-overload]
+    batch = client.completions.create(prompt=BATCH, **kwargs)  # type: ignore[call-overload]
+    assert [c.text for c in batch.choices] == BATCH
+    for choice, single in zip(batch.choices, alone, strict=True):
+        assert choice.logprobs is not None and single.choices[0].logprobs is not None
+        assert choice.logprobs.tokens == single.choices[0].logprobs.tokens
+        assert choice.logprobs.token_logprobs[0] is None
+        assert choice.logprobs.token_logprobs[1:] == pytest.approx(
+            single.choices[0].logprobs.token_logprobs[1:], abs=1e-3
+        )
+    events = list(client.completions.create(prompt=BATCH, stream=True, **kwargs))  # type: ignore[call-overload]
+    echoed: dict[int, Any] = {}  # each choice's first event: the echo
+    for event in events:
+        for choice in event.choices:
+            echoed.setdefault(choice.index, choice)
+    assert sorted(echoed) == [0, 1, 2]
+    for index, choice in echoed.items():
+        assert choice.text == BATCH[index]
+        assert choice.logprobs.tokens == batch.choices[index].logprobs.tokens  # type: ignore[union-attr]
 
 
 def test_models_list(client: openai.OpenAI) -> None:

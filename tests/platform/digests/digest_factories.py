@@ -115,7 +115,7 @@ async def record(
         api_key_id=key_id,
         key_prefix=prefix,
         model=model,
-        prepared=PreparedRequest([1, 2, 3], Sampling(max_tokens=4), False, False),
+        prepared=PreparedRequest.single([1, 2, 3], Sampling(max_tokens=4)),
         started_at=finished_at - timedelta(seconds=2),
     )
     usage = RequestUsage(

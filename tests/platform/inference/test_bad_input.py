@@ -125,7 +125,13 @@ async def test_bad_chat_requests(
         ({"model": "demo", "prompt": ""}, "prompt"),
         ({"model": "demo", "prompt": [999999]}, "prompt"),
         ({"model": "demo", "prompt": [-1]}, "prompt"),
-        ({"model": "demo", "prompt": ["a", "b"]}, "prompt"),
+        ({"model": "demo", "prompt": ["a", [1, 2]]}, "prompt"),  # a batch mixing forms
+        ({"model": "demo", "prompt": ["a", ""]}, "prompt"),
+        ({"model": "demo", "prompt": [[1, 2], []]}, "prompt"),
+        ({"model": "demo", "prompt": [[5, 999999]]}, "prompt"),
+        ({"model": "demo", "prompt": []}, "prompt"),
+        ({"model": "demo", "prompt": ["a"] * 129}, "prompt"),
+        ({"model": "demo", "prompt": ["a"] * 17, "n": 16}, "n"),
         ({"model": "demo", "prompt": "x", "logprobs": 9}, "logprobs"),
         ({"model": "demo", "prompt": "x", "suffix": "y"}, "suffix"),
     ],
@@ -165,5 +171,17 @@ async def test_bos_flood_is_refused(api: tuple[AsyncTestClient[Litestar], str]) 
     client, key = api
     flood = {**GOOD, "messages": [{"role": "user", "content": "<|begin_of_text|>" * 200}]}
     response = await client.post(CHAT, json=flood, headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "abusive_prompt"
+
+
+async def test_bos_flood_in_any_prompt_of_a_batch_is_refused(
+    api: tuple[AsyncTestClient[Litestar], str],
+) -> None:
+    client, key = api
+    batch = {"model": "demo", "prompt": ["a fine prompt", "<|begin_of_text|>" * 200]}
+    response = await client.post(
+        "/v1/completions", json=batch, headers={"Authorization": f"Bearer {key}"}
+    )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "abusive_prompt"

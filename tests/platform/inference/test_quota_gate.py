@@ -14,9 +14,15 @@ import pytest
 from hydrant.engine.protocol import RequestUsage, Sampling
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.base import utcnow
-from hydrant.platform.errors import BudgetExhausted, RateLimited, ServiceUnavailable, Unprocessable
+from hydrant.platform.errors import (
+    BudgetExhausted,
+    InvalidRequest,
+    RateLimited,
+    ServiceUnavailable,
+    Unprocessable,
+)
 from hydrant.platform.inference.accounting import Outcome, RequestContext
-from hydrant.platform.inference.params import PreparedRequest
+from hydrant.platform.inference.params import PreparedPrompt, PreparedRequest
 from hydrant.platform.inference.quota_gate import QuotaGate
 from hydrant.platform.quotas import GuardedQuotaBackend, InMemoryQuotaBackend, TierPolicy
 from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
@@ -45,20 +51,21 @@ def plan(**overrides: object) -> PlanPolicy:
 
 
 def ctx(
-    prompt: int, max_tokens: int, policy: PlanPolicy | None = None, key: str = "k1"
+    prompt: int,
+    max_tokens: int,
+    policy: PlanPolicy | None = None,
+    key: str = "k1",
+    prompts: int = 1,
 ) -> RequestContext:
+    """A request of `prompts` prompts (a batched completion) of `prompt` tokens each."""
+    one = PreparedPrompt([1] * prompt, Sampling(max_tokens=max_tokens))
     return RequestContext(
         request_id="req_x",
         tenant_id="ten_a",
         api_key_id=key,
         key_prefix="hyd_test_abc",
         model="demo",
-        prepared=PreparedRequest(
-            prompt_token_ids=[1] * prompt,
-            sampling=Sampling(max_tokens=max_tokens),
-            stream=False,
-            include_usage=False,
-        ),
+        prepared=PreparedRequest((one,) * prompts, stream=False, include_usage=False),
         plan=policy or plan(),
         max_model_len=100_000,
     )
@@ -150,3 +157,66 @@ async def test_quota_backend_down_fails_closed() -> None:
         await g.admit(ctx(10, 10, plan(requests_per_minute=100)))
     assert refused.value.retry_after
     await backend.aclose()
+
+
+def batch(*sizes: tuple[int, int], policy: PlanPolicy | None = None) -> RequestContext:
+    """A batched completion of prompts of (prompt, max_tokens) tokens."""
+    prompts = tuple(PreparedPrompt([1] * p, Sampling(max_tokens=m)) for p, m in sizes)
+    request = ctx(1, 1, policy)
+    request.prepared = PreparedRequest(prompts, stream=False, include_usage=False)
+    return request
+
+
+async def test_a_batch_counts_each_prompt_against_the_key_rate() -> None:
+    g = gate()
+    await g.admit(ctx(900, 100, prompts=4))
+    await g.admit(ctx(900, 100, prompts=4))  # 8 of the key's 10 per second
+    with pytest.raises(RateLimited) as refused:
+        await g.admit(ctx(900, 100, prompts=3))
+    assert "requests per second" in refused.value.message
+    await g.admit(ctx(900, 100, prompts=2))  # exactly 10
+
+
+async def test_a_batch_larger_than_the_key_rate_is_refused_with_advice() -> None:
+    g = gate()
+    with pytest.raises(InvalidRequest) as refused:
+        await g.admit(ctx(900, 100, prompts=11))
+    assert refused.value.code == "batch_too_large"
+    assert "at most 10" in refused.value.message
+    await g.admit(ctx(900, 100, prompts=10))  # nothing was taken by the refusal
+
+
+async def test_a_batch_takes_the_tier_of_its_longest_prompt() -> None:
+    g = gate(long_lane_slots=1, long_lane_queue=4)
+    await g.admit(batch((10, 10), (2000, 100)))  # one long prompt: the batch is long
+    with pytest.raises(RateLimited) as dropped:
+        await g.admit(ctx(2000, 100))  # the lane's one place is the batch's
+    assert dropped.value.code == "long_lane_timeout"
+    with pytest.raises(Unprocessable):
+        await g.admit(batch((10, 10), (8193, 1)))
+
+
+async def test_a_batch_reserves_the_sum_of_its_prompts() -> None:
+    # spend budget 0.001: one prompt reserves (100 in + 400 out) -> 0.0009, two 0.0018
+    g = gate()
+    policy = plan(spend_per_day=Decimal("0.001"))
+    with pytest.raises(BudgetExhausted):
+        await g.admit(ctx(100, 400, policy, prompts=2))
+    admission = await g.admit(ctx(100, 400, policy))
+    await admission.settle(outcome(100, 400))
+
+
+async def test_long_lane_gives_a_batch_its_places_together_and_in_order() -> None:
+    g = gate(long_lane_slots=2, long_lane_queue=8)
+    single = await g.admit(ctx(2000, 100))  # one of the two places
+    big = asyncio.create_task(g.admit(ctx(2000, 100, prompts=5)))  # needs both
+    await asyncio.sleep(0.02)
+    late = asyncio.create_task(g.admit(ctx(2000, 100)))  # one is free, but the batch is first
+    await asyncio.sleep(0.02)
+    assert not big.done() and not late.done()
+    await single.settle(outcome(2000, 1))
+    held = await asyncio.wait_for(big, 1)
+    await asyncio.sleep(0.02)
+    assert not late.done()  # the batch holds both places
+    await held.settle(outcome(10_000, 1))
+    await (await asyncio.wait_for(late, 1)).settle(outcome(2000, 1))

@@ -15,5 +15,5 @@ def request_context(request_id: str, tenant_id: str) -> RequestContext:
         api_key_id=None,
         key_prefix="hyd_test_x",
         model="demo",
-        prepared=PreparedRequest([1, 2, 3], Sampling(max_tokens=4), False, False),
+        prepared=PreparedRequest.single([1, 2, 3], Sampling(max_tokens=4)),
     )

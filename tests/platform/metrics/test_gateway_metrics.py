@@ -39,9 +39,7 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 
 def context(tenant: str = "ten_a", model: str = "alpha") -> RequestContext:
-    prepared = PreparedRequest(
-        prompt_token_ids=[1, 2, 3], sampling=Sampling(), stream=False, include_usage=False
-    )
+    prepared = PreparedRequest.single([1, 2, 3], Sampling())
     return RequestContext(
         request_id="req_1",
         tenant_id=tenant,
