@@ -64,6 +64,30 @@ def test_spread_then_sigkill_loses_no_unstarted_request_and_the_ledger_matches(
             assert all(r.complete for r in warm), [r.error for r in warm]
             assert all(w.prompt_tokens(redis_url, prefix) > 0 for w in workers), "not spread"
 
+            # A batched completion: its prompts are dispatched one by one, so over both workers
+            # (each goes by its own prefix: all 16 on one worker is a 2-in-65536 chance).
+            before = [w.prompt_tokens(redis_url, prefix) for w in workers]
+            response = httpx.post(
+                f"{base}/v1/completions",
+                json={
+                    "model": "demo",
+                    "prompt": [f"batch {i}: " + "tell me something " * 8 for i in range(16)],
+                    "max_tokens": 3,
+                    "temperature": 0,
+                },
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=120,
+            )
+            assert response.status_code == 200, response.text
+            batch = response.json()
+            assert [c["index"] for c in batch["choices"]] == list(range(16))
+            assert all(c["finish_reason"] == "length" for c in batch["choices"])
+            grew = [
+                w.prompt_tokens(redis_url, prefix) > b for w, b in zip(workers, before, strict=True)
+            ]
+            assert grew == [True, True], "a batch's prompts were not spread"
+            batch_id = response.headers["x-request-id"]
+
             # Prefix affinity: prompts sharing a long prefix all go to one worker (by chance
             # alone, 6 requests land on one of two workers 1 time in 32).
             before = [w.prompt_tokens(redis_url, prefix) for w in workers]
@@ -118,12 +142,22 @@ def test_spread_then_sigkill_loses_no_unstarted_request_and_the_ledger_matches(
 
             everyone = warm + affine + results
             wait_until(
-                lambda: len(ledger_rows(data_dir, tenant_id)) == len(everyone) + len(plains),
+                lambda: len(ledger_rows(data_dir, tenant_id)) == len(everyone) + len(plains) + 1,
                 30,
                 "ledger rows",
             )
             rows = ledger_rows(data_dir, tenant_id)
-            assert set(rows) == {r.request_id for r in everyone} | {p.request_id for p in plains}
+            assert set(rows) == {r.request_id for r in everyone} | {
+                p.request_id for p in plains
+            } | {batch_id}
+            assert (
+                rows[batch_id]
+                == ("finished", batch["usage"]["completion_tokens"])
+                == (
+                    "finished",
+                    48,
+                )
+            )
             for p in plains:
                 expected = ("finished", 120) if p.status == 200 else None
                 status, output_tokens = rows[p.request_id]  # type: ignore[index]
