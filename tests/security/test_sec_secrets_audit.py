@@ -108,6 +108,8 @@ def run_session(s: Session) -> list[str]:
         completion = {"model": "demo", "prompt": PROMPT, "max_tokens": 4, **extra}
         assert s.call("POST", "/v1/completions", key, json=completion).status_code == 200
     assert s.call("POST", "/v1/chat/completions", key, json=_chat(n=2, logprobs=True)).is_success
+    batch = {"model": "demo", "prompt": [PROMPT, PROMPT + " again"], "max_tokens": 4}
+    assert s.call("POST", "/v1/completions", key, json=batch).status_code == 200
 
     # Bad requests that a careless server would echo.
     bad_bodies: list[bytes | dict[str, Any]] = [
@@ -118,7 +120,7 @@ def run_session(s: Session) -> list[str]:
         _chat(top_logprobs=3),
         _chat(max_tokens=10**6),
         {"model": "demo", "messages": [{"role": PROMPT, "content": "hi"}]},
-        {"model": "demo", "prompt": [PROMPT, PROMPT]},
+        {"model": "demo", "prompt": [PROMPT, [1, 2]]},  # a batch mixing forms
         {"model": "demo", "messages": [{"role": "user", "content": PROMPT * 3000}]},
     ]
     for body in bad_bodies:
