@@ -42,7 +42,13 @@ class AbuseGuard:
         now = self._clock()
         return sum(1 for until in self._blocked_until.values() if until > now)
 
-    def check(self, source: str, prompt_ids: Sequence[int], special_ids: frozenset[int]) -> None:
+    def check(
+        self,
+        source: str,
+        prompt_ids: Sequence[int],
+        special_ids: frozenset[int],
+        param: str = "messages",
+    ) -> None:
         """Raise if `source` is blocked or this prompt is mostly special tokens."""
         now = self._clock()
         until = self._blocked_until.get(source)
@@ -72,6 +78,6 @@ class AbuseGuard:
         raise InvalidRequest(
             f"the prompt is {special} of {len(prompt_ids)} special tokens (BOS/EOS and the "
             "like); such prompts are refused",
-            param="messages",
+            param=param,
             code="abusive_prompt",
         )

@@ -82,7 +82,12 @@ def _screen(
 ) -> None:
     guard: AbuseGuard = state.abuse
     for prompt in prepared.prompts:
-        guard.check(principal.key_id, prompt.token_ids, model.tokenizer.special_token_ids)
+        guard.check(
+            principal.key_id,
+            prompt.token_ids,
+            model.tokenizer.special_token_ids,
+            param=prepared.prompt_field,
+        )
 
 
 @dataclass(frozen=True)

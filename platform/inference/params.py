@@ -53,6 +53,7 @@ class PreparedRequest:
     prompts: tuple[PreparedPrompt, ...]
     stream: bool
     include_usage: bool
+    prompt_field: str = "messages"  # the request field that holds the prompt, for errors
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -201,11 +202,13 @@ def _sampling(
     return sampling
 
 
-def _check_context(prompt_len: int, max_tokens: int, model: ServedModel) -> None:
+def _check_context(
+    prompt_len: int, max_tokens: int, model: ServedModel, prompt_field: str = "messages"
+) -> None:
     if prompt_len >= model.max_model_len:
         raise Unprocessable(
             f"the prompt has {prompt_len} tokens; this model's context is {model.max_model_len}",
-            param="messages",
+            param=prompt_field,
             code="context_length_exceeded",
         )
     if prompt_len + max_tokens > model.max_model_len:
@@ -269,7 +272,7 @@ def prepare_completion(
             max_tokens = 0
         else:
             max_tokens = _max_tokens(request.max_tokens, default_max_tokens, len(ids), model)
-        _check_context(len(ids), max_tokens, model)
+        _check_context(len(ids), max_tokens, model, "prompt")
         sampling = _sampling(request, max_tokens, request.logprobs, model, prompt_logprobs)
         echo = model.tokenizer.decode(ids) if request.echo else None
         prompts.append(PreparedPrompt(ids, sampling, echo))
@@ -277,4 +280,5 @@ def prepare_completion(
         tuple(prompts),
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
+        prompt_field="prompt",
     )

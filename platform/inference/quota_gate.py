@@ -298,7 +298,9 @@ class QuotaGate:
                 refused(exc.reason)
                 raise Unprocessable(
                     f"{exc}; shorten the prompt or lower max_tokens",
-                    param="messages" if exc.reason == "prompt_too_long" else "max_tokens",
+                    param=prepared.prompt_field
+                    if exc.reason == "prompt_too_long"
+                    else "max_tokens",
                     code="context_length_exceeded",
                 ) from exc
             if largest is None or tier.total_tokens > largest.total_tokens:

@@ -185,3 +185,19 @@ async def test_bos_flood_in_any_prompt_of_a_batch_is_refused(
     )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "abusive_prompt"
+    assert response.json()["error"]["param"] == "prompt"  # the field that holds it
+
+
+async def test_a_completion_prompt_too_long_names_the_prompt(
+    api: tuple[AsyncTestClient[Litestar], str],
+) -> None:
+    client, key = api
+    for prompt in ("word " * 3000, ["short", "word " * 3000]):
+        response = await client.post(
+            "/v1/completions",
+            json={"model": "demo", "prompt": prompt, "max_tokens": 2},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert (error["param"], error["code"]) == ("prompt", "context_length_exceeded")
