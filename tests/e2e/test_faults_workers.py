@@ -168,7 +168,14 @@ def home_of(stack: Stack, live: list[StreamResult]) -> ProxiedWorker:
         found[:] = [w for w in stack.workers if w.inflight() >= 1]
         return len(found) == 1
 
-    wait_until(one_busy_with_output, 60, "a group's streams running on its worker")
+    try:
+        wait_until(one_busy_with_output, 60, "a group's streams running on its worker")
+    except AssertionError as exc:  # say what was seen: a CI run once timed out here
+        streams = [(s.first_content_at is not None, s.ended_at is not None) for s in live]
+        inflight = [w.inflight() for w in stack.workers]
+        raise AssertionError(
+            f"{exc}; (has output, ended) per stream: {streams}; in flight per worker: {inflight}"
+        ) from None
     return found[0]
 
 
