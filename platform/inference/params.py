@@ -37,11 +37,6 @@ class PreparedPrompt:
     sampling: Sampling
     echo_text: str | None = None
 
-    @property
-    def size(self) -> int:
-        """Tokens the prompt may occupy (`prompt + max_tokens`): what quota tiers classify."""
-        return len(self.token_ids) + self.sampling.max_tokens
-
 
 @dataclass(frozen=True)
 class PreparedRequest:
@@ -153,7 +148,10 @@ def completion_prompts(request: CompletionRequest, model: ServedModel) -> list[l
     result = []
     for index, prompt in enumerate(prompts):
         where = f"prompt[{index}]" if batched else "prompt"
-        ids = model.tokenizer.encode(prompt) if isinstance(prompt, str) and prompt else prompt
+        if isinstance(prompt, str):
+            ids = model.tokenizer.encode(prompt) if prompt else []
+        else:
+            ids = prompt
         if not ids:
             raise InvalidRequest(f"{where} must not be empty", param="prompt")
         if any(not 0 <= t < vocab for t in ids):

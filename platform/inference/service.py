@@ -30,21 +30,6 @@ from hydrant.platform.models.registry import ServedModel
 
 log = logging.getLogger(__name__)
 
-_FINISH_STATUS: dict[str | None, EntryStatus] = {
-    "stop": "finished",
-    "length": "finished",
-    "abort": "aborted",
-    "error": "failed",
-}
-
-
-@dataclass
-class _Tally:
-    """What the gateway saw, for requests that end before the engine reports usage."""
-
-    prompt_tokens: int
-    completion_tokens: int = 0
-
 
 @dataclass
 class _Prompt:
@@ -53,12 +38,14 @@ class _Prompt:
     request_id: str
     stream: AsyncIterator[GenerateChunk]
     first: GenerateChunk | None
-    tally: _Tally
+    # What the gateway saw, for a request that ends before the engine reports its usage.
+    prompt_tokens: int
+    completion_tokens: int = 0
     usage: RequestUsage | None = None
     status: EntryStatus | None = None
 
     def observe(self, chunk: GenerateChunk) -> None:
-        self.tally.completion_tokens += sum(len(c.token_ids) for c in chunk.choices)
+        self.completion_tokens += sum(len(c.token_ids) for c in chunk.choices)
         if chunk.usage is not None:
             self.usage = chunk.usage
         if chunk.finished:
@@ -75,9 +62,9 @@ class _Prompt:
         if self.usage is not None:
             return self.usage
         return RequestUsage(
-            prompt_tokens=self.tally.prompt_tokens,
+            prompt_tokens=self.prompt_tokens,
             cached_tokens=0,
-            completion_tokens=self.tally.completion_tokens,
+            completion_tokens=self.completion_tokens,
             device_ns=0,
         )
 
@@ -274,7 +261,7 @@ class InferenceService:
                 priority=ctx.priority,
             )
             stream = model.client.generate(request)
-            prompts.append(_Prompt(request_id, stream, None, _Tally(len(prompt.token_ids))))
+            prompts.append(_Prompt(request_id, stream, None, len(prompt.token_ids)))
         if batched:
             try:
                 firsts = await asyncio.gather(*(_first_or_exception(p.stream) for p in prompts))
