@@ -30,6 +30,7 @@ from typing import TypeAlias
 
 from hydrant.engine.errors import EngineError, InvalidRequestError
 from hydrant.engine.llm_engine import LLMEngine
+from hydrant.engine.output_constraints import raise_if_invalid
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.protocol import EngineStats
 from hydrant.engine.sampling_params import SamplingParams
@@ -159,6 +160,8 @@ class AsyncLLMEngine:
         if self._refusing:
             raise EngineSleepingError("the engine is asleep; it takes no request until woken")
         self.engine.validate(prompt_token_ids, params, tenant_weight)
+        if params.structured_output is not None:  # off the loop; the step thread's is cached
+            await asyncio.to_thread(raise_if_invalid, *params.structured_output)
         if request_id in self._queues:
             raise InvalidRequestError(f"request id {request_id!r} is already running", None)
         queue: asyncio.Queue[_Item] = asyncio.Queue()

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydrant.engine.architectures import EMBEDDING_ARCHITECTURES
+
 
 class CapacityInputError(ValueError):
     """An input the capacity calculator cannot work with (unknown model, bad number)."""
@@ -84,7 +86,9 @@ class ModelShape:
                 head_dim=int(head_dim),
                 intermediate_size=int(config["intermediate_size"]),
                 vocab_size=int(config["vocab_size"]),
-                tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                # a bare decoder (an embedding model) has no LM head to count
+                tie_word_embeddings=bool(config.get("tie_word_embeddings", False))
+                or any(a in EMBEDDING_ARCHITECTURES for a in config.get("architectures") or []),
                 qkv_bias=config.get("model_type") == "qwen2"
                 or bool(config.get("attention_bias", False)),
                 max_position_embeddings=config.get("max_position_embeddings"),

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
+from hydrant.engine.architectures import EMBEDDING_ARCHITECTURES, SUPPORTED_ARCHITECTURES
 from hydrant.engine.engine_config import parse_dtype
 from hydrant.engine.errors import ModelLoadError, UnsupportedModelError
 
-SUPPORTED_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"})
 SUPPORTED_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
 
 
@@ -46,10 +46,15 @@ class ModelConfig:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over each head's q and k before RoPE
+    embedding_only: bool = False  # a bare decoder checkpoint: no LM head, no generation
     checkpoint_dtype: torch.dtype | None = None
     bos_token_id: int | None = None
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     sliding_window: int | None = None
+    # Embedding sizes a Matryoshka-trained model may be cut to: None when it is not one,
+    # () when any size is fine (config.json's `is_matryoshka`), else its listed sizes.
+    matryoshka_dimensions: tuple[int, ...] | None = None
 
     @property
     def max_model_len(self) -> int:
@@ -81,12 +86,14 @@ class ModelConfig:
         """Build from the parsed JSON; raises UnsupportedModelError for other families."""
         architectures = raw.get("architectures") or []
         supported = [a for a in architectures if a in SUPPORTED_ARCHITECTURES]
-        if not supported:
+        bare = [a for a in architectures if a in EMBEDDING_ARCHITECTURES]
+        if not supported and not bare:
             raise UnsupportedModelError(
-                f"unsupported architecture {architectures or '(none given)'}; "
-                f"Hydrant serves {sorted(SUPPORTED_ARCHITECTURES)}"
+                f"unsupported architecture {architectures or '(none given)'}; Hydrant serves "
+                f"{sorted(SUPPORTED_ARCHITECTURES)} and, for embeddings only, "
+                f"{sorted(EMBEDDING_ARCHITECTURES)}"
             )
-        arch = supported[0]
+        arch = supported[0] if supported else EMBEDDING_ARCHITECTURES[bare[0]]
         if raw.get("hidden_act", "silu") != "silu":
             raise UnsupportedModelError(f"hidden_act {raw['hidden_act']!r} is not supported")
         try:
@@ -108,12 +115,16 @@ class ModelConfig:
                 rope_scaling=_rope_scaling(raw),
                 tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
                 qkv_bias=arch == "Qwen2ForCausalLM" or bool(raw.get("attention_bias", False)),
-                o_bias=arch == "LlamaForCausalLM" and bool(raw.get("attention_bias", False)),
+                o_bias=arch in ("LlamaForCausalLM", "Qwen3ForCausalLM")
+                and bool(raw.get("attention_bias", False)),
+                qk_norm=arch == "Qwen3ForCausalLM",
+                embedding_only=not supported,
                 mlp_bias=bool(raw.get("mlp_bias", False)),
                 checkpoint_dtype=parse_dtype(raw.get("dtype") or raw.get("torch_dtype")),
                 bos_token_id=raw.get("bos_token_id"),
                 eos_token_ids=_eos_ids(raw, generation or {}),
                 sliding_window=_sliding_window(arch, raw),
+                matryoshka_dimensions=_matryoshka(raw),
             )
         except KeyError as exc:
             raise ModelLoadError(f"config.json lacks required key {exc.args[0]!r}") from exc
@@ -123,6 +134,14 @@ class ModelConfig:
                 f"num_key_value_heads ({kv_heads})"
             )
         return config
+
+
+def _matryoshka(raw: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The keys vLLM reads: `matryoshka_dimensions` (a list), or `is_matryoshka`."""
+    listed = raw.get("matryoshka_dimensions")
+    if isinstance(listed, list) and listed:
+        return tuple(sorted({int(d) for d in listed}))
+    return () if raw.get("is_matryoshka") is True else None
 
 
 def _rope_params(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,6 +186,8 @@ def _sliding_window(arch: str, raw: Mapping[str, Any]) -> int | None:
     window = raw.get("sliding_window")
     if window is None:
         return None
-    if arch == "Qwen2ForCausalLM" and not raw.get("use_sliding_window", False):
+    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and not raw.get(
+        "use_sliding_window", False
+    ):
         return None
     return int(window)

@@ -46,12 +46,48 @@ LLAMA3_SPLIT_PATTERN = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-# The Llama 3 instruct chat template, in its original single-line form.
+# The Llama 3 instruct chat template, extended with Llama 3.1's JSON tool calling: with
+# `tools`, the first user turn lists them and asks for `{"name": ..., "parameters": ...}`;
+# an assistant turn of tool calls is written that way, a tool's answer is an `ipython`
+# turn. Without tools it renders exactly as the original single-line Llama 3 template.
+LLAMA3_TOOL_PROMPT = (
+    "Given the following functions, please respond with a JSON for a function call with its"
+    " proper arguments that best answers the given prompt.\\n\\nRespond in the format"
+    ' {\\"name\\": function name, \\"parameters\\": dictionary of argument name and its'
+    " value}. Do not use variables.\\n\\n"
+)
 LLAMA3_CHAT_TEMPLATE = (
     "{% set loop_messages = messages %}"
+    "{% set ns = namespace(tools_shown=false) %}"
     "{% for message in loop_messages %}"
+    "{% if message['tool_calls'] is defined %}"
+    "{% set body = namespace(text='') %}"
+    "{% for call in message['tool_calls'] %}"
+    "{% set fn = call['function'] if call['function'] is defined else call %}"
+    "{% if not loop.first %}{% set body.text = body.text + '; ' %}{% endif %}"
+    "{% set body.text = body.text + '{\"name\": \"' + fn['name'] + '\", \"parameters\": '"
+    " + fn['arguments'] | tojson + '}' %}"
+    "{% endfor %}"
+    "{% set content = '<|start_header_id|>assistant<|end_header_id|>\\n\\n' + body.text"
+    " + '<|eot_id|>' %}"
+    "{% elif message['role'] == 'tool' or message['role'] == 'ipython' %}"
+    "{% set result = message['content'] if message['content'] is string"
+    " else message['content'] | tojson %}"
+    "{% set content = '<|start_header_id|>ipython<|end_header_id|>\\n\\n' + result"
+    " + '<|eot_id|>' %}"
+    "{% else %}"
+    "{% set text = message['content'] | trim %}"
+    "{% if tools and message['role'] == 'user' and not ns.tools_shown %}"
+    "{% set ns.tools_shown = true %}"
+    "{% set listing = namespace(text='') %}"
+    "{% for tool in tools %}"
+    "{% set listing.text = listing.text + tool | tojson(indent=4) + '\\n\\n' %}"
+    "{% endfor %}"
+    "{% set text = '" + LLAMA3_TOOL_PROMPT + "' + listing.text + text %}"
+    "{% endif %}"
     "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-    " + message['content'] | trim + '<|eot_id|>' %}"
+    " + text + '<|eot_id|>' %}"
+    "{% endif %}"
     "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
     "{{ content }}"
     "{% endfor %}"

@@ -65,6 +65,7 @@ def to_chunk(output: RequestOutput) -> GenerateChunk:
         finished=output.finished,
         usage=usage,
         prompt_logprobs=prompt_logprobs,
+        embedding=output.embedding,
     )
 
 

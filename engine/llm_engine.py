@@ -36,8 +36,9 @@ from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes
 from hydrant.engine.sequence import Sequence as Seq
 from hydrant.engine.sleep_mode import EngineBusyError, EngineSleepingError
 from hydrant.engine.step_observer import StepObserver
+from hydrant.engine.structured_output import GuideFactory
 from hydrant.engine.tokenizer import Tokenizer
-from hydrant.engine.validation import validate_request
+from hydrant.engine.validation import EmbeddingSizes, validate_request
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []  # aborted requests' last outputs
         self._observer = StepObserver(metrics, self.scheduler, self.block_manager)
         self.total_device_seconds = 0.0  # sum of measured step durations
+        self._guides: GuideFactory | None = None  # built on the first structured request
         self.load_report: LoadReport | None = None  # set by from_pretrained
         self.wake_report: LoadReport | None = None  # the last wake's phases
 
@@ -143,6 +145,10 @@ class LLMEngine:
             max_model_len=self.max_model_len,
             has_tokenizer=self.tokenizer is not None,
             tenant_weight=tenant_weight,
+            embedding_sizes=EmbeddingSizes(
+                self.model_config.hidden_size, self.model_config.matryoshka_dimensions
+            ),
+            embedding_only=self.model_config.embedding_only,
         )
 
     def add_request(
@@ -173,9 +179,27 @@ class LLMEngine:
             times=RequestTimes(arrival_time if arrival_time is not None else time.time()),
             cache_salt=b"hydrant-prefix:" + salt,
         )
-        request.seqs.append(Seq(request, 0, make_generator(params.seed, self.runner.device)))
+        seq = Seq(request, 0, make_generator(params.seed, self.runner.device))
+        if params.structured_output is not None:
+            seq.guide = self._guide_factory().guide(*params.structured_output)
+            seq.guide_waits_for = params.structured_output_after
+        request.seqs.append(seq)
         self._requests[request_id] = request
         self.scheduler.add_request(request)
+
+    def _guide_factory(self) -> GuideFactory:
+        if self._guides is None:
+            assert self.tokenizer is not None  # validate_request refuses a schema without one
+            started = time.perf_counter()
+            self._guides = GuideFactory(
+                self.tokenizer, self.model_config.vocab_size, self.sampler.eos_token_ids
+            )
+            logger.info(
+                "structured output ready in %.3fs",
+                time.perf_counter() - started,
+                extra={"event": "guides_ready"},
+            )
+        return self._guides
 
     def abort(self, request_id: str) -> None:
         """Stop a request now and free its blocks; its last output comes with the next step."""
@@ -220,7 +244,13 @@ class LLMEngine:
             seq.request.record_prompt_logprobs(first, entries)
         seqs, logits = self._fork_new_choices(model_out)
         rows = [
-            SamplingRow(s.request.params, s.prompt_token_ids, s.output_token_ids, s.generator)
+            SamplingRow(
+                s.request.params,
+                s.prompt_token_ids,
+                s.output_token_ids,
+                s.generator,
+                s.active_guide,
+            )
             for s in seqs
         ]
         result = self.sampler(logits, rows)
@@ -229,13 +259,29 @@ class LLMEngine:
         self._charge_device_time(sched, duration)
         now = time.time()
         touched: dict[str, Request] = {}
+        for seq, vector in model_out.embeddings:  # an embedding ends with its prompt
+            request = seq.request
+            request.embedding = vector
+            request.times.first_token_time = now
+            self.scheduler.finish_seq(seq, "stop")
+            touched[request.request_id] = request
         for seq, token, logprob in zip(seqs, result.token_ids, result.logprobs, strict=True):
             request = seq.request
             if request.times.first_token_time is None:
                 request.times.first_token_time = now
             if request.params.max_tokens == 0:  # scoring only: the prompt's logprobs were it
                 reason: FinishReason | None = "length"
+            elif seq.active_guide is not None and not seq.active_guide.accept(token):
+                # The mask allowed it, so the parser must take it: a bug, not the client's.
+                # (The parser's message would quote the output: not logged.)
+                logger.error(
+                    "a structured-output parser refused a token its own mask allowed",
+                    extra={"event": "guide_error", "request_id": request.request_id},
+                )
+                reason = "error"
             else:
+                if token == seq.guide_waits_for:  # thinking ended: the form holds from here
+                    seq.guide_waits_for = None
                 reason = self.processor.append_token(seq, token, logprob)
             if reason is not None:
                 self.scheduler.finish_seq(seq, reason)

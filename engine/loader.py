@@ -80,8 +80,10 @@ def _target_name(name: str, config: ModelConfig) -> tuple[str, int] | None:
     """Map a checkpoint name to (parameter name, fused part index or -1); None = skip."""
     if _IGNORED.search(name):
         return None
-    if name == "lm_head.weight" and config.tie_word_embeddings:
+    if name == "lm_head.weight" and (config.tie_word_embeddings or config.embedding_only):
         return None
+    if config.embedding_only and not name.startswith("model."):
+        name = "model." + name  # a bare decoder's names lack the causal LM's prefix
     match = _FUSED_NAME.match(name)
     if match is None:
         return name, -1

@@ -1,12 +1,13 @@
 """The Llama-family decoder over a paged KV cache.
 
-One module serves Llama 2/3, Qwen2 and Mistral: their differences are
-switches of `ModelConfig`. The forward takes a whole step's tokens flattened
-into one `[T]` batch (every sequence's chunk, decodes first) and the step's
-`AttentionMetadata`, so a step is one forward whatever mix of prefills and
-decodes it holds. q/k/v and gate/up are fused into one matmul each (the
-loader concatenates the checkpoint's separate tensors), which halves the
-number of small matmuls a decode step launches.
+One module serves Llama 2/3, Qwen2, Qwen3 and Mistral: their differences
+are switches of `ModelConfig` (Qwen3's is a per-head RMSNorm of q and k).
+The forward takes a whole step's tokens flattened into one `[T]` batch
+(every sequence's chunk, decodes first) and the step's `AttentionMetadata`,
+so a step is one forward whatever mix of prefills and decodes it holds.
+q/k/v and gate/up are fused into one matmul each (the loader concatenates
+the checkpoint's separate tensors), which halves the number of small
+matmuls a decode step launches.
 
 Parameters are named like transformers' modules (`model.layers.0.mlp...`),
 fused ones excepted, so the loader's name mapping stays a short table. The
@@ -65,6 +66,11 @@ class Attention(nn.Module):
             config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias
         )
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_bias)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
 
     def forward(
         self,
@@ -80,6 +86,9 @@ class Attention(nn.Module):
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q = self.q_norm(q.reshape(-1, self.head_dim))[0].view_as(q)
+            k = self.k_norm(k.reshape(-1, self.head_dim))[0].view_as(k)
         q, k = self.ops.rotary_embedding(positions, q, k, cos_sin_cache)
         ops: KernelOps | ModuleType = self.ops
         scales: dict[str, torch.Tensor] = {}
@@ -183,7 +192,7 @@ class LlamaForCausalLM(nn.Module):
         self.ops = ops
         self.model = LlamaModel(config, ops)
         self.lm_head: nn.Linear | None = None
-        if not config.tie_word_embeddings:
+        if not config.tie_word_embeddings and not config.embedding_only:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.cos_sin_cache: torch.Tensor | None = None
         # the LM head's matmul; engine/cpu_linear.py swaps in oneDNN on the CPU
@@ -221,6 +230,8 @@ class LlamaForCausalLM(nn.Module):
 
     def head_weight(self) -> torch.Tensor:
         """The LM head's weight: its own, or the input embedding's when tied (Qwen2)."""
+        if self.config.embedding_only:
+            raise RuntimeError("an embedding-only model has no LM head")
         return self.lm_head.weight if self.lm_head is not None else self.model.embed_tokens.weight
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,9 @@ block table and context length: the varlen layout of vLLM/FlashAttention.
 Logits are computed only for the last token of each sequence whose chunk
 reaches its end; the engine samples those. A request with `prompt_logprobs`
 also gets the logits of its prompt positions, scored a slice of rows at a time
-(a prompt's full logits would be tokens x vocabulary floats at once).
+(a prompt's full logits would be tokens x vocabulary floats at once). An `embed`
+request gets no logits at all: the final hidden state of its last prompt token,
+normalized, once its last chunk ran.
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ class ModelOutput:
     logits: torch.Tensor
     sample_seqs: list[Sequence]
     prompt_logprobs: list[tuple[Sequence, int, list[TokenLogprob]]] = field(default_factory=list)
+    embeddings: list[tuple[Sequence, list[float]]] = field(default_factory=list)
+
+
+@dataclass
+class StepBatch:
+    """One step's flattened tokens, and which rows of its hidden states each use needs."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    sample_idx: list[int]
+    sample_seqs: list[Sequence]
+    scored: list[PromptRows]
+    pooled: list[tuple[int, Sequence]]  # (row of the last prompt token, embed sequence)
 
 
 class ModelRunner:
@@ -133,7 +149,11 @@ class ModelRunner:
         )
 
     def _capture_graphs(self) -> None:
-        """Decode CUDA graphs over the cache just allocated (None on CPU or enforce_eager)."""
+        """Decode CUDA graphs over the cache just allocated (None on CPU or enforce_eager,
+        and for an embedding-only model, which never decodes)."""
+        if self.model_config.embedding_only:
+            self.decode_graphs = None
+            return
         self.decode_graphs = capture_decode_graphs(
             self.model, self.kv_caches, self.config, self.max_model_len, self.device
         )
@@ -177,7 +197,11 @@ class ModelRunner:
         model = load_engine_model(model_dir, model_config, config, dtype, max_model_len, ops)
         if ops.onednn_linear:
             use_onednn_linears(model)
-            if onednn_available() and worth_onednn(model.head_weight()):
+            if (
+                not model_config.embedding_only
+                and onednn_available()
+                and worth_onednn(model.head_weight())
+            ):
                 model.head_linear = onednn_linear
         logger.info("model ops: %s", ops.name)
         return cls(model, model_config, config, max_model_len, dtype)
@@ -187,19 +211,37 @@ class ModelRunner:
         copy_blocks(self.kv_caches, out.block_copies)
         # decodes first, shortest context first: the decode plan's groups are then slices
         items = sorted(out.scheduled, key=_batch_order)
-        input_ids, positions, meta, sample_idx, sample_seqs, scored = self._prepare(items)
-        if self.decode_graphs is not None and not scored:
-            logits = self.decode_graphs.run(input_ids, positions, meta, len(sample_idx))
+        batch = self._prepare(items)
+        if self.decode_graphs is not None and not batch.scored and not batch.pooled:
+            logits = self.decode_graphs.run(
+                batch.input_ids, batch.positions, batch.meta, len(batch.sample_idx)
+            )
             if logits is not None:
-                return ModelOutput(logits, sample_seqs)
-        hidden = self.model(input_ids, positions, self.kv_caches, meta)
-        prompt_logprobs = [(p.seq, p.first, self._score(hidden, p)) for p in scored]
-        if not sample_seqs:
+                return ModelOutput(logits, batch.sample_seqs)
+        hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta)
+        prompt_logprobs = [(p.seq, p.first, self._score(hidden, p)) for p in batch.scored]
+        embeddings = self._pool(hidden, batch.pooled)
+        if not batch.sample_seqs:
             empty = torch.empty(0, self.model_config.vocab_size, device=self.device)
-            return ModelOutput(empty, [], prompt_logprobs)
-        index = torch.tensor(sample_idx, dtype=torch.long, device=self.device)
+            return ModelOutput(empty, [], prompt_logprobs, embeddings)
+        index = torch.tensor(batch.sample_idx, dtype=torch.long, device=self.device)
         logits = self.model.compute_logits(hidden.index_select(0, index))
-        return ModelOutput(logits, sample_seqs, prompt_logprobs)
+        return ModelOutput(logits, batch.sample_seqs, prompt_logprobs, embeddings)
+
+    def _pool(
+        self, hidden: torch.Tensor, pooled: list[tuple[int, Sequence]]
+    ) -> list[tuple[Sequence, list[float]]]:
+        """Last-token embeddings, normalized in float32 (after an optional Matryoshka cut)."""
+        if not pooled:
+            return []
+        rows = self._tensor([row for row, _ in pooled], torch.long)
+        vectors = hidden.index_select(0, rows).float()
+        result = []
+        for vector, (_, seq) in zip(vectors, pooled, strict=True):
+            dims = seq.request.params.embed_dimensions
+            cut = vector if dims is None else vector[:dims]
+            result.append((seq, torch.nn.functional.normalize(cut, dim=0).tolist()))
+        return result
 
     def _score(self, hidden: torch.Tensor, prompt: PromptRows) -> list[TokenLogprob]:
         k = prompt.seq.request.params.prompt_logprobs or 0
@@ -211,11 +253,7 @@ class ModelRunner:
             entries.extend(score_tokens(logits, targets, k))
         return entries
 
-    def _prepare(
-        self, items: list[ScheduledSeq]
-    ) -> tuple[
-        torch.Tensor, torch.Tensor, AttentionMetadata, list[int], list[Sequence], list[PromptRows]
-    ]:
+    def _prepare(self, items: list[ScheduledSeq]) -> StepBatch:
         bs = self.block_size
         ids: list[int] = []
         pos: list[int] = []
@@ -227,6 +265,7 @@ class ModelRunner:
         pre_tables: list[list[int]] = []
         pre_ctx: list[int] = []
         scored: list[PromptRows] = []
+        pooled: list[tuple[int, Sequence]] = []
         cu = [0]
         max_q = 0
         for item in items:
@@ -255,7 +294,9 @@ class ModelRunner:
                 pre_ctx.append(end)
                 cu.append(cu[-1] + n)
                 max_q = max(max_q, n)
-            if end == seq.num_tokens:
+            if end == seq.num_tokens and seq.request.params.embed:
+                pooled.append((len(ids) - 1, seq))
+            elif end == seq.num_tokens:
                 sample_idx.append(len(ids) - 1)
                 sample_seqs.append(seq)
         meta = AttentionMetadata(
@@ -273,13 +314,14 @@ class ModelRunner:
                 else None
             ),
         )
-        return (
+        return StepBatch(
             self._tensor(ids, torch.long),
             self._tensor(pos, torch.long),
             meta,
             sample_idx,
             sample_seqs,
             scored,
+            pooled,
         )
 
     def _tensor(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
@@ -332,8 +374,10 @@ class ModelRunner:
             hidden = self.model(ids, positions, caches, meta)
             # the sampler's worst case: a full batch of rows, softmaxed and sorted (top-p)
             rows = min(self.config.max_num_seqs, total)
-            logits = self.model.compute_logits(hidden[:rows])
-            logits.softmax(dim=-1).sort(dim=-1)
+            logits = hidden[:rows]
+            if not self.model_config.embedding_only:
+                logits = self.model.compute_logits(logits)
+                logits.softmax(dim=-1).sort(dim=-1)
         torch.cuda.synchronize(self.device)
         peak = int(torch.cuda.max_memory_allocated(self.device))
         held = cache_bytes(caches)

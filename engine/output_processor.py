@@ -133,4 +133,5 @@ class OutputProcessor:
             finished=request.finished,
             metrics=metrics,
             prompt_logprobs=prompt_logprobs,
+            embedding=request.embedding,
         )

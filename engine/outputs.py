@@ -65,3 +65,5 @@ class RequestOutput:
     # With `prompt_logprobs`: every prompt token's score (None for the first), in the
     # first output that carries a generated token only.
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    # With `embed`: the prompt's normalized embedding, in the final output.
+    embedding: list[float] | None = None

@@ -37,6 +37,11 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
     prompt_logprobs: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    structured_output: tuple[str, str] | None = None
+    structured_output_after: int | None = None
+    embed: bool = False
+    embed_dimensions: int | None = None
 
     def to_params(self) -> SamplingParams:
         return SamplingParams(**{f: getattr(self, f) for f in self.__struct_fields__})
@@ -88,6 +93,8 @@ class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True):
     # With `prompt_logprobs`: one entry per prompt token (None for the first), on the first
     # chunk that carries a generated token.
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    # With `embed`: the prompt's embedding, on the last chunk (its only one).
+    embedding: list[float] | None = None
     usage: RequestUsage | None = None
     error: str | None = None
 

@@ -3,10 +3,16 @@
 The order of operations (each step batched on the logits' device, applied
 only to the rows that ask for it):
 
+0. `logit_bias` is added to the model's logits, as OpenAI defines it (and
+   vLLM orders it: before the penalties, whose scaling then sees the biased
+   logit).
 1. `min_tokens`: EOS and `stop_token_ids` get -inf until the sequence has
    that many output tokens.
 2. Repetition penalty over prompt + output (transformers' semantics), then
    presence / frequency penalties over the output (OpenAI's).
+2b. Structured output: a row with a guide (a JSON schema's parser) gets -inf
+   on every token its grammar does not allow next, before the warpers, so
+   top-k / top-p choose among allowed tokens only.
 3. Greedy rows (temperature 0) take the argmax.
 4. Other rows: temperature, top-k, top-p, min-p (transformers' warper order),
    then one draw from the resulting distribution.
@@ -35,6 +41,7 @@ from hydrant.engine.logits_processing import (
     token_id_matrix,
 )
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.structured_output import Guide, apply_masks
 
 
 def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator | None:
@@ -70,6 +77,7 @@ class SamplingRow:
     prompt_token_ids: Sequence[int]
     output_token_ids: Sequence[int]
     generator: torch.Generator | None = None
+    guide: Guide | None = None
 
 
 @dataclass
@@ -126,13 +134,34 @@ class Sampler:
         Greedy rows stop after the penalties; their argmax is the token.
         """
         logits = logits.to(torch.float32, copy=True)
+        self._add_logit_bias(logits, rows)
         self._mask_until_min_tokens(logits, rows)
         self._apply_penalties(logits, rows)
+        apply_masks(logits, [r.guide for r in rows])
         sampled_idx = _rows(rows, [not r.params.is_greedy for r in rows])
         if sampled_idx:
             index = torch.tensor(sampled_idx, device=logits.device)
             logits[index] = self._warp([rows[i] for i in sampled_idx], logits[index])
         return logits
+
+    @staticmethod
+    def _add_logit_bias(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> None:
+        """One indexed add for every biased (row, token) of the step."""
+        row_index: list[int] = []
+        col_index: list[int] = []
+        values: list[float] = []
+        for i, row in enumerate(rows):
+            for token, bias in row.params.logit_bias:
+                row_index.append(i)
+                col_index.append(token)
+                values.append(bias)
+        if row_index:
+            device = logits.device
+            logits.index_put_(
+                (torch.tensor(row_index, device=device), torch.tensor(col_index, device=device)),
+                torch.tensor(values, dtype=logits.dtype, device=device),
+                accumulate=True,
+            )
 
     def _mask_until_min_tokens(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> None:
         vocab = logits.shape[1]

@@ -29,6 +29,7 @@ from hydrant.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from hydrant.engine.sampler import TokenLogprob
+    from hydrant.engine.structured_output import Guide
 
 Lane = str  # "short" or "long"
 SHORT_LANE: Lane = "short"
@@ -74,6 +75,7 @@ class Request:
     # With `params.prompt_logprobs`: entry i scores prompt token i (None for token 0).
     prompt_logprobs: list[TokenLogprob | None] | None = None
     prompt_logprobs_sent: bool = False
+    embedding: list[float] | None = None  # with `params.embed`, once the prompt is computed
 
     def __post_init__(self) -> None:
         if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
@@ -113,6 +115,14 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.generator = generator
+        self.guide: Guide | None = None  # its JSON-schema parser state (structured output)
+        # The token the guide waits for (a thinking model's `</think>`); None: it is on.
+        self.guide_waits_for: int | None = None
+
+    @property
+    def active_guide(self) -> Guide | None:
+        """The guide that masks the next token: none while it waits for its token."""
+        return self.guide if self.guide_waits_for is None else None
 
     @property
     def num_tokens(self) -> int:
@@ -160,6 +170,8 @@ class Sequence:
         child.block_hashes = list(self.block_hashes)
         child.num_committed_blocks = self.num_committed_blocks
         child.status = self.status
+        child.guide = self.guide.fork() if self.guide is not None else None
+        child.guide_waits_for = self.guide_waits_for
         return child
 
     def reset_for_recompute(self) -> None:

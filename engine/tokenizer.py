@@ -110,6 +110,10 @@ class Tokenizer:
             model_max_length=max_len if isinstance(max_len, int) and max_len < 10**12 else None,
         )
 
+    def backend_json(self) -> str:
+        """The `tokenizers` serialization (tokenizer.json's text): what llguidance reads."""
+        return str(self._backend.to_str())
+
     @property
     def vocab_size(self) -> int:
         """Number of token ids the tokenizer knows, added tokens included (transformers' len())."""
@@ -168,13 +172,33 @@ class Tokenizer:
         )
 
     def encode_chat(
-        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:
-        """Token ids of the rendered conversation.
+        """Token ids of the rendered conversation (see `render_chat`)."""
+        return self.render_chat(messages, add_generation_prompt, tools=tools)[1]
+
+    def render_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        extra_context: Mapping[str, Any] | None = None,
+    ) -> tuple[str, list[int]]:
+        """The rendered conversation and its token ids.
 
         Like transformers' `apply_chat_template(tokenize=True)`, the text is
         encoded without adding special tokens: templates write their own BOS,
         and adding another would give the model a double BOS it never saw.
         """
-        text = self.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
-        return self.encode(text, add_special_tokens=False)
+        text = self.apply_chat_template(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+            extra_context=extra_context,
+        )
+        return text, self.encode(text, add_special_tokens=False)

@@ -82,6 +82,7 @@ class Settings:
     cors_origins: str = ""
     metrics_token: str | None = None  # set: GET /metrics needs `Authorization: Bearer <it>`
     default_max_tokens: int = 256
+    responses_store_days: int = 30  # Responses API answers kept this long; 0: none
     price_input_per_mtok: Decimal = Decimal("0.10")
     price_cached_input_per_mtok: Decimal = Decimal("0.05")
     price_output_per_mtok: Decimal = Decimal("0.40")

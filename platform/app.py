@@ -29,6 +29,8 @@ from hydrant.platform.http.hardening import cors_config, hardening_middleware
 from hydrant.platform.http.openapi import declare_error_responses, openapi_config
 from hydrant.platform.http.request_id import add_request_id_header
 from hydrant.platform.inference.controllers import InferenceController
+from hydrant.platform.inference.responses_store import ResponseStore
+from hydrant.platform.inference.tokenization import TokenizationController
 from hydrant.platform.metrics import GatewayMetrics, bearer_token_guard, metrics_route
 from hydrant.platform.reports.controllers import REPORT_CONTROLLERS
 from hydrant.settings import ModelSpec, Settings
@@ -85,7 +87,7 @@ def create_app(
         handlers.append(
             Router(
                 path="/",
-                route_handlers=[InferenceController],
+                route_handlers=[InferenceController, TokenizationController],
                 guards=[require_inference],  # `principal` is provided app-wide (auth plugin)
             )
         )
@@ -116,6 +118,7 @@ def create_app(
     if gateway is not None:
         app.state.registry = gateway.registry
         app.state.inference = gateway.inference
+        app.state.responses = ResponseStore(db, settings.responses_store_days)
         app.state.abuse = gateway.abuse
         app.state.gateway = gateway
     return app

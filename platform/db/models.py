@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -318,3 +319,24 @@ class LedgerHourlyRollup(Base):
     device_seconds: Mapped[Decimal] = mapped_column(SECONDS)
     device_cost: Mapped[Decimal] = mapped_column(MONEY)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+
+
+# --- Stored responses (the Responses API's `store`, migration 0004) -----------------------
+
+
+class StoredResponse(Base):
+    """A Responses API answer kept for `previous_response_id`, retrieval and deletion, as
+    OpenAI keeps them (`store`, on by default), until it expires. It holds the tenant's
+    conversation: the input items it answered (earlier turns included) and the answer."""
+
+    __tablename__ = "stored_responses"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(200))
+    input_items: Mapped[list[Any]] = mapped_column(JSON)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index(None, "tenant_id", "created_at"), Index(None, "expires_at"))

@@ -2,30 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from litestar import Controller, Request, get, post
+import msgspec
+from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, FromQuery
 from litestar.response import Response, Stream
 
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.auth.principal import Principal
-from hydrant.platform.errors import PermissionDenied
+from hydrant.platform.errors import InvalidRequest, PermissionDenied
 from hydrant.platform.http.openapi import raw_json_body_operation
 from hydrant.platform.http.request_id import request_id_for
 from hydrant.platform.inference import render
 from hydrant.platform.inference.abuse import AbuseGuard
 from hydrant.platform.inference.accounting import RequestContext
+from hydrant.platform.inference.embeddings import (
+    ENCODINGS,
+    EmbeddingList,
+    EmbeddingRequest,
+    embedding_list,
+    prepare_embedding,
+)
 from hydrant.platform.inference.params import (
     ROLES,
     PreparedRequest,
+    check_constraint,
     prepare_chat,
     prepare_completion,
 )
+from hydrant.platform.inference.responses_api import ResponsesRequest, prepare_response
+from hydrant.platform.inference.responses_render import response_stream, response_whole
+from hydrant.platform.inference.responses_store import ResponseStore, input_items
 from hydrant.platform.inference.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -47,7 +62,15 @@ SSE_HEADERS = {
 }
 
 
-def _check_model_allowed(principal: Principal, model: str) -> None:
+def served_model(state: State, principal: Principal, name: str) -> ServedModel:
+    """The model a request names, if this gateway serves it (404) and the key may use it (403)."""
+    registry: ModelRegistry = state.registry
+    model = registry.get(name)  # 404 model_not_found
+    check_model_allowed(principal, model.name)
+    return model
+
+
+def check_model_allowed(principal: Principal, model: str) -> None:
     allowed = principal.allowed_models
     if allowed is not None and model not in allowed:
         raise PermissionDenied(
@@ -94,32 +117,48 @@ def _screen(
 class _Endpoint:
     """What differs between the two generation endpoints; the request path is shared."""
 
-    body: type[ChatCompletionRequest] | type[CompletionRequest]
+    body: (
+        type[ChatCompletionRequest]
+        | type[CompletionRequest]
+        | type[ResponsesRequest]
+        | type[EmbeddingRequest]
+    )
     prepare: Callable[[Any, ServedModel, int], PreparedRequest]
-    stream: Callable[[Generation, Tokenizer], AsyncIterator[bytes]]
     whole: Callable[[Generation, Tokenizer], Awaitable[object]]
+    stream: Callable[[Generation, Tokenizer], AsyncIterator[bytes]] | None = None
 
 
-CHAT = _Endpoint(ChatCompletionRequest, prepare_chat, render.chat_stream, render.chat_completion)
+CHAT = _Endpoint(ChatCompletionRequest, prepare_chat, render.chat_completion, render.chat_stream)
 TEXT = _Endpoint(
-    CompletionRequest, prepare_completion, render.completion_stream, render.text_completion
+    CompletionRequest, prepare_completion, render.text_completion, render.completion_stream
 )
+RESPONSES = _Endpoint(ResponsesRequest, prepare_response, response_whole, response_stream)
+EMBEDDINGS = _Endpoint(EmbeddingRequest, prepare_embedding, embedding_list)  # never streamed
 
 
 async def _serve(
     request: Request[Any, Any, Any], state: State, principal: Principal, endpoint: _Endpoint
 ) -> Any:
     body = decode_body(await request.body(), endpoint.body)
-    registry: ModelRegistry = state.registry
-    model = registry.get(body.model)
-    _check_model_allowed(principal, model.name)
+    return await _serve_body(request, state, principal, endpoint, body)
+
+
+async def _serve_body(
+    request: Request[Any, Any, Any],
+    state: State,
+    principal: Principal,
+    endpoint: _Endpoint,
+    body: Any,
+) -> Any:
+    model = served_model(state, principal, body.model)
     prepared = endpoint.prepare(body, model, state.settings.default_max_tokens)
+    await check_constraint(prepared)
     _screen(state, principal, model, prepared)
     ctx = _context(request, principal, model, prepared)
     ctx.priority = body.priority
     service: InferenceService = state.inference
     generation = await service.start(ctx, model)
-    if prepared.stream:
+    if prepared.stream and endpoint.stream is not None:
         return Stream(
             endpoint.stream(generation, model.tokenizer),
             media_type="text/event-stream",
@@ -143,6 +182,15 @@ def _document_completion_rules(schema: dict[str, Any]) -> None:
             variant["minLength"] = 1
 
 
+def _document_embedding_rules(schema: dict[str, Any]) -> None:
+    """What `embeddings.prepare_embedding` checks: the encodings, and a positive size."""
+    properties = schema["properties"]
+    properties["encoding_format"]["enum"] = list(ENCODINGS)
+    for variant in properties["dimensions"].get("anyOf", []):
+        if variant.get("type") == "integer":
+            variant["minimum"] = 1
+
+
 class InferenceController(Controller):
     path = "/v1"
 
@@ -155,6 +203,14 @@ class InferenceController(Controller):
             if principal.allowed_models is None or m.name in principal.allowed_models
         ]
         return ModelList(data=[ModelCard(id=m.name, created=m.created) for m in models])
+
+    @get("/models/{model:path}")
+    async def retrieve_model(
+        self, model: FromPath[str], state: State, principal: NamedDependency[Principal]
+    ) -> ModelCard:
+        """OpenAI's "retrieve model"; a path parameter, since served names may hold a slash."""
+        served = served_model(state, principal, model.lstrip("/"))
+        return ModelCard(id=served.name, created=served.created)
 
     @post(
         "/chat/completions",
@@ -181,3 +237,97 @@ class InferenceController(Controller):
         self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
         return await _serve(request, state, principal, TEXT)
+
+    @post(
+        "/responses",
+        status_code=200,
+        operation_class=raw_json_body_operation(ResponsesRequest, streams=True),
+        responses={200: ResponseSpec(dict[str, Any], description="The response (or SSE)")},
+    )
+    async def responses(
+        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
+    ) -> Any:
+        """OpenAI's Responses API (responses_api.py), its answers stored unless `store` is
+        false (responses_store.py)."""
+        body = decode_body(await request.body(), ResponsesRequest)
+        store: ResponseStore = state.responses
+        tenant = principal.tenant_id
+        items = input_items(body.input)
+        if body.previous_response_id is not None:
+            items = [*await store.history(tenant, body.previous_response_id), *items]
+        kept = store.enabled and tenant is not None and body.store is not False
+        body = msgspec.structs.replace(body, input=items, previous_response_id=None, store=kept)
+        endpoint = RESPONSES
+        if kept and tenant is not None:
+
+            async def keep(response: dict[str, Any]) -> bool:
+                return await store.save(tenant, response, items)
+
+            endpoint = dataclasses.replace(
+                RESPONSES,
+                whole=functools.partial(response_whole, keep=keep),
+                stream=functools.partial(response_stream, keep=keep),
+            )
+        return await _serve_body(request, state, principal, endpoint, body)
+
+    @get("/responses/{response_id:str}")
+    async def retrieve_response(
+        self, response_id: FromPath[str], state: State, principal: NamedDependency[Principal]
+    ) -> Any:
+        """A stored answer, as it was returned (the tenant's own; else a 404)."""
+        store: ResponseStore = state.responses
+        return Response((await store.get(principal.tenant_id, response_id)).body)
+
+    @delete("/responses/{response_id:str}", status_code=200)
+    async def delete_response(
+        self, response_id: FromPath[str], state: State, principal: NamedDependency[Principal]
+    ) -> dict[str, Any]:
+        store: ResponseStore = state.responses
+        await store.delete(principal.tenant_id, response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    @get("/responses/{response_id:str}/input_items")
+    async def response_input_items(
+        self,
+        response_id: FromPath[str],
+        state: State,
+        principal: NamedDependency[Principal],
+        order: FromQuery[Literal["asc", "desc"]] = "desc",
+        limit: FromQuery[int] = 20,
+        after: FromQuery[str | None] = None,
+    ) -> dict[str, Any]:
+        """The input items a stored answer answered (earlier turns of its chain included),
+        OpenAI's cursor page: newest first unless `order` is asc."""
+        if not 1 <= limit <= 100:
+            raise InvalidRequest("limit must be between 1 and 100", param="limit")
+        store: ResponseStore = state.responses
+        items = list((await store.get(principal.tenant_id, response_id)).input_items)
+        if order == "desc":
+            items.reverse()
+        ids = [item.get("id") if isinstance(item, dict) else None for item in items]
+        if after is not None:
+            if after not in ids:
+                raise InvalidRequest(f"no input item {after!r} in this response", param="after")
+            items = items[ids.index(after) + 1 :]
+        page = items[:limit]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0].get("id") if page else None,
+            "last_id": page[-1].get("id") if page else None,
+            "has_more": len(items) > len(page),
+        }
+
+    @post(
+        "/embeddings",
+        status_code=200,
+        operation_class=raw_json_body_operation(
+            EmbeddingRequest, streams=False, refine=_document_embedding_rules
+        ),
+        responses={200: ResponseSpec(EmbeddingList, description="One vector per input")},
+    )
+    async def embeddings(
+        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
+    ) -> Any:
+        """OpenAI's embeddings (embeddings.py): last-token pooled, normalized."""
+        return await _serve(request, state, principal, EMBEDDINGS)

@@ -7,18 +7,29 @@ engine work and never reaches it as a 500.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from hydrant.engine.errors import InvalidRequestError
+from hydrant.engine.output_constraints import (
+    JSON_OBJECT_SCHEMA,
+    canonical_schema,
+    constraint_error,
+)
 from hydrant.engine.protocol import Sampling
 from hydrant.engine.sampling_params import MAX_LOGPROBS
 from hydrant.platform.errors import InvalidRequest, Unprocessable
+from hydrant.platform.inference.reasoning import constraint_after_thinking, reasoning_start
 from hydrant.platform.inference.schemas import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
     SamplingFields,
 )
+from hydrant.platform.inference.tools import ChatTools, ToolPlan, chat_tools, template_message
 from hydrant.platform.models.registry import ServedModel
 
 MAX_N = 16
@@ -26,6 +37,7 @@ MAX_N = 16
 # HTTP request may hold (lm-evaluation-harness sends its `batch_size` prompts at once).
 MAX_PROMPTS = 128
 MAX_CHOICES = 256
+SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 
 
@@ -49,6 +61,11 @@ class PreparedRequest:
     stream: bool
     include_usage: bool
     prompt_field: str = "messages"  # the request field that holds the prompt, for errors
+    constraint_field: str = "response_format"  # or vLLM's structured_outputs, for errors
+    tools: ToolPlan | None = None  # how the chat output becomes tool calls (None: text)
+    thinking: bool | None = None  # reasoning.reasoning_start: None, or starts inside
+    # what the answer repeats or follows from the request (Responses API; encoding_format)
+    response_fields: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -100,64 +117,216 @@ def _message_text(message: ChatMessage, index: int) -> str:
     return "".join(parts)
 
 
-def chat_prompt(request: ChatCompletionRequest, model: ServedModel) -> list[int]:
+# Names the template's own context holds: a request cannot replace them.
+RESERVED_TEMPLATE_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+
+
+def _template_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    if kwargs is None:
+        return None
+    reserved = sorted(RESERVED_TEMPLATE_NAMES & set(kwargs))
+    if reserved:
+        raise InvalidRequest(
+            f"chat_template_kwargs cannot set {reserved[0]!r}; send it as its own field",
+            param="chat_template_kwargs",
+        )
+    return kwargs
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A chat request's prompt as the model sees it, and what its tools amount to."""
+
+    tools: ChatTools
+    text: str
+    token_ids: list[int]
+
+
+def chat_prompt(request: ChatCompletionRequest, model: ServedModel) -> ChatPrompt:
+    """The conversation and its tools, rendered with the model's template and encoded:
+    what a chat request is metered with (and what `/tokenize` counts)."""
+    tools = chat_tools(request, model.tokenizer.chat_template)
     if not request.messages:
         raise InvalidRequest("messages must contain at least one message", param="messages")
-    if request.tools:
-        raise InvalidRequest("tools are not supported by this server", param="tools")
-    if request.response_format and request.response_format.get("type") not in (None, "text"):
-        raise InvalidRequest(
-            "only response_format type 'text' is supported", param="response_format"
-        )
-    conversation = [
-        {"role": m.role, "content": _message_text(m, i)} for i, m in enumerate(request.messages)
-    ]
+    conversation = []
+    for i, m in enumerate(request.messages):
+        # An assistant turn of tool calls alone has no content, which templates test for.
+        content = None if m.content is None and m.tool_calls else _message_text(m, i)
+        conversation.append(template_message(m, i, content))
     try:
-        return model.tokenizer.encode_chat(conversation)
+        text, ids = model.tokenizer.render_chat(
+            conversation,
+            tools=tools.definitions,
+            extra_context=_template_kwargs(request.chat_template_kwargs),
+        )
     except InvalidRequestError as exc:
         raise InvalidRequest(exc.message, param=exc.param or "messages") from exc
+    return ChatPrompt(tools, text, ids)
 
 
-def _prompt_list(prompt: str | list[str | int | list[int]]) -> list[str | list[int]]:
+def check_token_ids(ids: list[int], vocab: int, where: str, param: str) -> None:
+    """Ids a client sent are ids of the model's vocabulary (else a 400, never an index error)."""
+    if any(not 0 <= t < vocab for t in ids):
+        raise InvalidRequest(f"{where}: token ids must be in [0, {vocab})", param=param)
+
+
+def _prompt_list(prompt: str | list[str | int | list[int]], field: str) -> list[str | list[int]]:
     """OpenAI's four prompt forms as a list of prompts: a string, token ids, or a list of
     either (a batch)."""
     if isinstance(prompt, str):
         return [prompt]
     if not prompt:
-        raise InvalidRequest("prompt must not be empty", param="prompt")
+        raise InvalidRequest(f"{field} must not be empty", param=field)
     if all(isinstance(p, int) for p in prompt):
         return [prompt]  # type: ignore[list-item]
     if all(isinstance(p, str) for p in prompt) or all(isinstance(p, list) for p in prompt):
         return prompt  # type: ignore[return-value]
     raise InvalidRequest(
-        "prompt must be a string, a list of token ids, or a list of strings or of token-id "
+        f"{field} must be a string, a list of token ids, or a list of strings or of token-id "
         "lists; not a mix",
-        param="prompt",
+        param=field,
     )
 
 
-def completion_prompts(request: CompletionRequest, model: ServedModel) -> list[list[int]]:
-    """The token ids of each prompt of the request (one, or a batch of up to MAX_PROMPTS)."""
-    prompts = _prompt_list(request.prompt)
-    if len(prompts) > MAX_PROMPTS:
+def prompt_token_lists(
+    prompt: str | list[str | int | list[int]],
+    model: ServedModel,
+    *,
+    field: str = "prompt",
+    limit: int = MAX_PROMPTS,
+    add_special_tokens: bool = True,
+) -> list[list[int]]:
+    """The token ids of each prompt of a completion (or input of an embedding request):
+    one, or a batch of up to `limit`."""
+    prompts = _prompt_list(prompt, field)
+    if len(prompts) > limit:
         raise InvalidRequest(
-            f"a request takes at most {MAX_PROMPTS} prompts, got {len(prompts)}", param="prompt"
+            f"a request takes at most {limit} {field}s, got {len(prompts)}", param=field
         )
     batched = len(prompts) > 1
     vocab = model.tokenizer.vocab_size
     result = []
-    for index, prompt in enumerate(prompts):
-        where = f"prompt[{index}]" if batched else "prompt"
-        if isinstance(prompt, str):
-            ids = model.tokenizer.encode(prompt) if prompt else []
+    for index, item in enumerate(prompts):
+        where = f"{field}[{index}]" if batched else field
+        if isinstance(item, str):
+            ids = model.tokenizer.encode(item, add_special_tokens) if item else []
         else:
-            ids = prompt
+            ids = item
         if not ids:
-            raise InvalidRequest(f"{where} must not be empty", param="prompt")
-        if any(not 0 <= t < vocab for t in ids):
-            raise InvalidRequest(f"{where}: token ids must be in [0, {vocab})", param="prompt")
+            raise InvalidRequest(f"{where} must not be empty", param=field)
+        check_token_ids(ids, vocab, where, field)
         result.append(ids)
     return result
+
+
+def _response_format(response_format: dict[str, Any] | None) -> tuple[str, str] | None:
+    """OpenAI's `response_format` as the engine's constraint (None: free text).
+
+    `json_object` is any JSON object; `json_schema` takes `{"name", "schema", "strict"}` and
+    always enforces the schema (strict or not: the mask costs the same and never breaks it).
+    """
+    kind = (response_format or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ("json", JSON_OBJECT_SCHEMA)
+    if kind != "json_schema":
+        raise InvalidRequest(
+            f"response_format.type must be text, json_object or json_schema, got {kind!r}",
+            param="response_format",
+        )
+    spec = (response_format or {}).get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        raise InvalidRequest(
+            "response_format.json_schema must hold a `schema` object", param="response_format"
+        )
+    name = spec.get("name")
+    if name is not None and not (isinstance(name, str) and SCHEMA_NAME.fullmatch(name)):
+        raise InvalidRequest(
+            "response_format.json_schema.name must be 1-64 letters, digits, _ or -",
+            param="response_format",
+        )
+    return ("json", canonical_schema(spec["schema"]))
+
+
+def _structured_outputs(options: dict[str, Any] | None) -> tuple[str, str] | None:
+    """vLLM's `structured_outputs` (`json`, `json_object`, `regex`, `choice` or `grammar`,
+    exactly one) as the engine's constraint."""
+    given = {k: v for k, v in (options or {}).items() if v is not None and v is not False}
+    unknown = sorted(set(given) - {"json", "json_object", "regex", "choice", "grammar"})
+    if unknown:
+        raise InvalidRequest(
+            f"structured_outputs.{unknown[0]} is not supported; use json, json_object, regex, "
+            "choice or grammar",
+            param="structured_outputs",
+        )
+    if len(given) > 1:
+        raise InvalidRequest(
+            f"structured_outputs takes one constraint, got {', '.join(sorted(given))}",
+            param="structured_outputs",
+        )
+    if not given:
+        return None
+    ((kind, value),) = given.items()
+    if kind == "json_object":
+        return ("json", JSON_OBJECT_SCHEMA)
+    if kind == "json" and isinstance(value, str):  # vLLM takes the schema as text too
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise InvalidRequest(
+                f"structured_outputs.json is not valid JSON: {exc}", param="structured_outputs"
+            ) from exc
+    expected = {"json": dict, "regex": str, "choice": list, "grammar": str}[kind]
+    if not isinstance(value, expected):
+        raise InvalidRequest(
+            f"structured_outputs.{kind} must be a {expected.__name__}", param="structured_outputs"
+        )
+    if kind == "json":
+        return ("json", canonical_schema(value))
+    if kind == "choice":
+        return ("choice", json.dumps(value, ensure_ascii=False))
+    return (kind, value)
+
+
+def _constraint(fields: SamplingFields) -> tuple[tuple[str, str] | None, str]:
+    """The request's output constraint, and the field it came from (for errors)."""
+    openai_style = _response_format(fields.response_format)
+    vllm_style = _structured_outputs(fields.structured_outputs)
+    if openai_style is not None and vllm_style is not None:
+        raise InvalidRequest(
+            "send response_format or structured_outputs, not both", param="structured_outputs"
+        )
+    if vllm_style is not None:
+        return vllm_style, "structured_outputs"
+    return openai_style, "response_format"
+
+
+async def check_constraint(prepared: PreparedRequest) -> None:
+    """Whether the request's constraint compiles, decided off the event loop (a large schema
+    takes a fraction of a second); a 400 naming the field it came from if it does not."""
+    constraint = prepared.settings.structured_output
+    if constraint is None:
+        return
+    problem = await asyncio.to_thread(constraint_error, *constraint)
+    if problem is not None:
+        field = prepared.constraint_field
+        raise InvalidRequest(f"{field}: {problem}", param=field)
+
+
+def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `{"token id": bias}` (JSON keys are strings) as the engine's sorted pairs."""
+    pairs = []
+    for key, value in (bias or {}).items():
+        if not (key.isascii() and key.isdecimal()):
+            raise InvalidRequest(
+                f"logit_bias keys must be token ids written as decimal integers, got {key!r}",
+                param="logit_bias",
+            )
+        pairs.append((int(key), float(value)))
+    if len({token for token, _ in pairs}) < len(pairs):  # "5" and "05"
+        raise InvalidRequest("logit_bias names a token id twice", param="logit_bias")
+    return tuple(sorted(pairs))
 
 
 def _sampling(
@@ -166,11 +335,11 @@ def _sampling(
     logprobs: int | None,
     model: ServedModel,
     prompt_logprobs: int | None = None,
+    structured_output: tuple[str, str] | None = None,
+    structured_output_after: int | None = None,
 ) -> Sampling:
     if not 1 <= fields.n <= MAX_N:
         raise InvalidRequest(f"n must be between 1 and {MAX_N}", param="n")
-    if fields.logit_bias:
-        raise InvalidRequest("logit_bias is not supported by this server", param="logit_bias")
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
         raise InvalidRequest(f"logprobs must be between 0 and {MAX_LOGPROBS}", param="logprobs")
     stop = (fields.stop,) if isinstance(fields.stop, str) else tuple(fields.stop or ())
@@ -192,7 +361,15 @@ def _sampling(
         ignore_eos=fields.ignore_eos,
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
+        logit_bias=_logit_bias(fields.logit_bias),
+        structured_output=structured_output,
+        structured_output_after=structured_output_after,
     )
+    return check_sampling(sampling, model)
+
+
+def check_sampling(sampling: Sampling, model: ServedModel) -> Sampling:
+    """The engine's own checks of the settings, run here: a clean 400 before dispatch."""
     try:
         sampling.to_params().validate(vocab_size=model.tokenizer.vocab_size)
     except InvalidRequestError as exc:
@@ -229,7 +406,8 @@ def _max_tokens(value: int | None, default: int, prompt_len: int, model: ServedM
 def prepare_chat(
     request: ChatCompletionRequest, model: ServedModel, default_max_tokens: int
 ) -> PreparedRequest:
-    ids = chat_prompt(request, model)
+    prompt = chat_prompt(request, model)
+    tools, ids = prompt.tools, prompt.token_ids
     asked = request.max_completion_tokens if request.max_completion_tokens is not None else None
     asked = request.max_tokens if asked is None else asked
     max_tokens = _max_tokens(asked, default_max_tokens, len(ids), model)
@@ -237,11 +415,37 @@ def prepare_chat(
     if request.top_logprobs is not None and not request.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
-    return PreparedRequest.single(
-        ids,
-        _sampling(request, max_tokens, logprobs, model),
+    constraint, field = _constraint(request)
+    if tools.constraint is not None:
+        if constraint is not None:
+            raise InvalidRequest(
+                "tool_choice required or a named function fixes the output's form; it "
+                f"cannot be combined with {field}",
+                param="tool_choice",
+            )
+        constraint, field = tools.constraint, "tools"
+    thinking = reasoning_start(model.tokenizer.chat_template, prompt.text)
+    after = None
+    if constraint is not None and thinking is not None:
+        # The form holds once the model has thought (the engine waits for `</think>`), or,
+        # where it cannot wait, from the first token, with no thinking in the output.
+        after = constraint_after_thinking(model.tokenizer, prompt.text)
+        thinking = thinking if after is not None else None
+    sampling = _sampling(
+        request,
+        max_tokens,
+        logprobs,
+        model,
+        structured_output=constraint,
+        structured_output_after=after,
+    )
+    return PreparedRequest(
+        (PreparedPrompt(ids, sampling),),
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
+        constraint_field=field,
+        tools=tools.plan,
+        thinking=thinking,
     )
 
 
@@ -254,13 +458,14 @@ def prepare_completion(
         raise InvalidRequest("best_of other than n is not supported", param="best_of")
     if request.logprobs is not None and request.logprobs > 5:
         raise InvalidRequest("logprobs must be between 0 and 5", param="logprobs")
-    batch = completion_prompts(request, model)
+    batch = prompt_token_lists(request.prompt, model)
     if len(batch) * request.n > MAX_CHOICES:
         raise InvalidRequest(
             f"{len(batch)} prompts with n={request.n} make {len(batch) * request.n} choices; "
             f"a request returns at most {MAX_CHOICES}",
             param="n",
         )
+    constraint, field = _constraint(request)
     scoring = request.echo and request.logprobs is not None
     # with echo, the prompt is scored too
     prompt_logprobs = request.logprobs if scoring else None
@@ -271,7 +476,9 @@ def prepare_completion(
         else:
             max_tokens = _max_tokens(request.max_tokens, default_max_tokens, len(ids), model)
         _check_context(len(ids), max_tokens, model, "prompt")
-        sampling = _sampling(request, max_tokens, request.logprobs, model, prompt_logprobs)
+        sampling = _sampling(
+            request, max_tokens, request.logprobs, model, prompt_logprobs, constraint
+        )
         echo = model.tokenizer.decode(ids) if request.echo else None
         prompts.append(PreparedPrompt(ids, sampling, echo))
     return PreparedRequest(
@@ -279,4 +486,5 @@ def prepare_completion(
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
         prompt_field="prompt",
+        constraint_field=field,
     )

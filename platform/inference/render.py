@@ -17,6 +17,8 @@ from hydrant.engine.detokenizer import IncrementalDetokenizer
 from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, RequestUsage, TokenLogprob
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.inference import schemas as s
+from hydrant.platform.inference.answer import AnswerReader, read_whole
+from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.inference.service import Generation
 
 _encoder = msgspec.json.Encoder()
@@ -31,7 +33,7 @@ def usage_body(usage: RequestUsage) -> s.Usage:
     )
 
 
-def _token(tokenizer: Tokenizer, token_id: int) -> tuple[str, list[int]]:
+def token_piece(tokenizer: Tokenizer, token_id: int) -> tuple[str, list[int]]:
     """A token's text and UTF-8 bytes for logprobs: the bytes are the token's own (a piece of a
     character split across tokens stays rebuildable), the text is them decoded (U+FFFD for a
     piece)."""
@@ -42,10 +44,10 @@ def _token(tokenizer: Tokenizer, token_id: int) -> tuple[str, list[int]]:
 def chat_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> s.ChatLogprobs:
     content = []
     for entry in entries:
-        text, raw = _token(tokenizer, entry.token_id)
+        text, raw = token_piece(tokenizer, entry.token_id)
         top = []
         for token_id, logprob in entry.top:
-            top_text, top_raw = _token(tokenizer, token_id)
+            top_text, top_raw = token_piece(tokenizer, token_id)
             top.append(s.TopLogprob(token=top_text, logprob=logprob, bytes=top_raw))
         content.append(
             s.ChatTokenLogprob(token=text, logprob=entry.logprob, bytes=raw, top_logprobs=top)
@@ -94,22 +96,46 @@ async def collect(generation: Generation) -> Accumulator:
     return accumulator
 
 
+def _message(prepared: PreparedRequest, choice: _Choice) -> tuple[s.AssistantMessage, str | None]:
+    """A choice's message and finish reason: its text, or with tools or a thinking model
+    what the text holds (reasoning, content, calls)."""
+    text = "".join(choice.text)
+    if prepared.tools is None and prepared.thinking is None:
+        return s.AssistantMessage(role="assistant", content=text), _finish(choice.finish_reason)
+    answer = read_whole(text, choice.finish_reason, prepared.tools, prepared.thinking)
+    message = s.AssistantMessage(
+        role="assistant",
+        # null when the answer is only calls or only thinking (cut short), as vLLM answers
+        content=answer.content or (None if answer.calls or answer.reasoning else ""),
+        reasoning_content=answer.reasoning or None,
+        tool_calls=[
+            s.ToolCall(id=c.id, function=s.FunctionCall(name=c.name, arguments=c.arguments))
+            for c in answer.calls
+        ]
+        or None,
+    )
+    return message, _finish(answer.finish_reason)
+
+
 async def chat_completion(generation: Generation, tokenizer: Tokenizer) -> s.ChatCompletion:
     acc = await collect(generation)
     want_logprobs = generation.ctx.prepared.settings.logprobs is not None
+    choices = []
+    for i, c in enumerate(acc.choices):
+        message, reason = _message(generation.ctx.prepared, c)
+        choices.append(
+            s.ChatChoice(
+                index=i,
+                message=message,
+                logprobs=chat_logprobs(tokenizer, c.logprobs) if want_logprobs else None,
+                finish_reason=reason,
+            )
+        )
     return s.ChatCompletion(
         id=f"chatcmpl-{generation.ctx.request_id}",
         created=int(time.time()),
         model=generation.ctx.model,
-        choices=[
-            s.ChatChoice(
-                index=i,
-                message=s.AssistantMessage(content="".join(c.text)),
-                logprobs=chat_logprobs(tokenizer, c.logprobs) if want_logprobs else None,
-                finish_reason=_finish(c.finish_reason),
-            )
-            for i, c in enumerate(acc.choices)
-        ],
+        choices=choices,
         usage=usage_body(generation.usage()),
     )
 
@@ -149,13 +175,13 @@ def completion_logprobs(
     base = 0
     if prompt is not None:
         for token_id, entry in zip(context, prompt, strict=False):
-            tokens.append(_token(tokenizer, token_id)[0])
+            tokens.append(token_piece(tokenizer, token_id)[0])
             scores.append(None if entry is None else entry.logprob)
             top.append(None if entry is None else _top(tokenizer, entry))
         text_offset = _Offsets(tokenizer, [], 0).of(context[: len(tokens)])
         base = len(tokenizer.decode(context))
     for entry in entries:
-        tokens.append(_token(tokenizer, entry.token_id)[0])
+        tokens.append(token_piece(tokenizer, entry.token_id)[0])
         scores.append(entry.logprob)
         top.append(_top(tokenizer, entry))
     if offsets is None:
@@ -166,7 +192,7 @@ def completion_logprobs(
 
 
 def _top(tokenizer: Tokenizer, entry: TokenLogprob) -> dict[str, float]:
-    return {_token(tokenizer, token_id)[0]: logprob for token_id, logprob in entry.top}
+    return {token_piece(tokenizer, token_id)[0]: logprob for token_id, logprob in entry.top}
 
 
 async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Completion:
@@ -233,7 +259,7 @@ DONE = b"data: [DONE]\n\n"
 async def _events(
     generation: Generation,
     first_event: Callable[[int, GenerateChunk | None], object] | None,
-    delta_event: Callable[[int, ChoiceDelta], object],
+    delta_event: Callable[[int, ChoiceDelta], object | None],
     usage_event: Callable[[RequestUsage], object],
     error_event: Callable[[str], object],
     *,
@@ -258,7 +284,9 @@ async def _events(
                 opened[prompt] = True
             for delta in chunk.choices:
                 if delta.text or delta.finish_reason or delta.logprobs:
-                    yield sse(delta_event(prompt * n + delta.index, delta))
+                    event = delta_event(prompt * n + delta.index, delta)
+                    if event is not None:  # None: nothing to send yet (text held back)
+                        yield sse(event)
             if chunk.error:
                 yield sse(error_event(chunk.error))
     except Exception:  # the engine or worker failed mid-stream: end with an error event
@@ -270,14 +298,66 @@ async def _events(
     yield DONE
 
 
+def _answer_delta(reader: AnswerReader, d: ChoiceDelta) -> s.ChatDelta | None:
+    """The delta of one engine delta read for reasoning and tools: what the reader let
+    out, and what it held back once the choice finishes (None: nothing to send yet)."""
+    steps = [reader.feed(d.text)]
+    if d.finish_reason:
+        steps.append(reader.end())
+    reasoning = "".join(step.reasoning for step in steps)
+    content = "".join(step.content for step in steps)
+    pieces = [piece for step in steps for piece in step.calls]
+    if not reasoning and not content and not pieces:
+        return None
+    calls = [
+        s.ToolCallDelta(
+            index=p.index,
+            id=p.id,
+            type="function" if p.id is not None else None,
+            function=s.FunctionDelta(name=p.name, arguments=p.arguments),
+        )
+        for p in pieces
+    ]
+    return s.ChatDelta(
+        content=content or None, reasoning_content=reasoning or None, tool_calls=calls or None
+    )
+
+
 def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[bytes]:
     ctx = generation.ctx
     rid, created = f"chatcmpl-{ctx.request_id}", int(time.time())
     want_logprobs = ctx.prepared.settings.logprobs is not None
+    prepared = ctx.prepared
+    plain = prepared.tools is None and prepared.thinking is None
+    readers: dict[int, AnswerReader] = {}  # per choice, unless plain
 
     def chunk(choices: list[s.ChatChunkChoice], usage: s.Usage | None = None) -> object:
         return s.ChatCompletionChunk(
             id=rid, created=created, model=ctx.model, choices=choices, usage=usage
+        )
+
+    def delta_event(i: int, d: ChoiceDelta) -> object | None:
+        reason: str | None = d.finish_reason
+        if plain:
+            delta = s.ChatDelta(content=d.text) if d.text else s.ChatDelta()
+        else:
+            if i not in readers:
+                readers[i] = AnswerReader(prepared.tools, prepared.thinking)
+            reader = readers[i]
+            found = _answer_delta(reader, d)
+            if found is None and not reason and not (want_logprobs and d.logprobs):
+                return None
+            delta = found or s.ChatDelta()
+            reason = reader.finish_reason(reason)
+        return chunk(
+            [
+                s.ChatChunkChoice(
+                    index=i,
+                    delta=delta,
+                    logprobs=chat_logprobs(tokenizer, d.logprobs or []) if want_logprobs else None,
+                    finish_reason=_finish(reason),
+                )
+            ]
         )
 
     return _events(
@@ -292,16 +372,7 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
                 )
             ]
         ),
-        lambda i, d: chunk(
-            [
-                s.ChatChunkChoice(
-                    index=i,
-                    delta=s.ChatDelta(content=d.text) if d.text else s.ChatDelta(),
-                    logprobs=chat_logprobs(tokenizer, d.logprobs or []) if want_logprobs else None,
-                    finish_reason=_finish(d.finish_reason),
-                )
-            ]
-        ),
+        delta_event,
         lambda u: chunk([], usage_body(u)),
         lambda message: {
             "error": {

@@ -21,10 +21,23 @@ class TextPart(msgspec.Struct, kw_only=True):
     text: str | None = None
 
 
+class FunctionCall(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    function: FunctionCall
+    type: Literal["function"] = "function"
+
+
 class ChatMessage(msgspec.Struct, kw_only=True):
     role: str
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant turn that called tools
+    tool_call_id: str | None = None  # a tool turn: the call it answers
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
@@ -52,6 +65,8 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     ignore_eos: bool = False
     priority: int = 0
     logit_bias: dict[str, float] | None = None
+    response_format: dict[str, Any] | None = None  # OpenAI's (on completions: vLLM's extension)
+    structured_outputs: dict[str, Any] | None = None  # vLLM's: json, regex, choice, grammar
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
@@ -60,8 +75,10 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
-    tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None  # checked by hand (tools.py) to name the bad field
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: e.g. {"enable_thinking": false}
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -113,9 +130,14 @@ class ChatLogprobs(msgspec.Struct, kw_only=True):
     content: list[ChatTokenLogprob]
 
 
-class AssistantMessage(msgspec.Struct, kw_only=True):
-    role: Literal["assistant"] = "assistant"
-    content: str = ""
+class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """`tool_calls` is left out when there are none, as OpenAI does; `content` is null when
+    the answer is only tool calls."""
+
+    role: Literal["assistant"]
+    content: str | None
+    reasoning_content: str | None = None  # a thinking model's reasoning (reasoning.py)
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(msgspec.Struct, kw_only=True):
@@ -146,9 +168,26 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
     system_fingerprint: str | None = None
 
 
+class FunctionDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A streamed tool call: the first delta of call `index` carries its id, type and name;
+    the following ones add to its arguments."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta | None = None
+
+
 class ChatDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(msgspec.Struct, kw_only=True):

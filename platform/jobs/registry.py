@@ -27,6 +27,7 @@ PERIODIC: tuple[Periodic, ...] = (
     Periodic("daily-digests", "hydrant.digests.dispatch", 300.0),
     Periodic("budget-alerts", "hydrant.budgets.check", 300.0),
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
+    Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
     # The gateway replays its own spool every few seconds; this is for one that stopped.
     Periodic("spool-replay", "hydrant.ledger.replay_spool", 60.0, embedded=False),
     # Pools exist only with Redis, where Celery beat runs this; a gateway with pools also

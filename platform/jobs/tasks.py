@@ -1,10 +1,12 @@
-"""Jobs of the ledger's upkeep: hourly rollups and replaying a gateway's leftover spool."""
+"""Jobs of the ledger's upkeep (hourly rollups, replaying a gateway's leftover spool) and of
+stored responses (deleting those past their retention)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from hydrant.platform.billing.device import DevicePrice
+from hydrant.platform.inference.responses_store import purge_expired
 from hydrant.platform.jobs.context import Job, JobContext
 from hydrant.platform.jobs.rollups import rollup_recent
 from hydrant.platform.ledger.service import DatabaseLedger
@@ -12,6 +14,7 @@ from hydrant.platform.ledger.spool import LedgerSpool, SpoolLockedError
 
 ROLLUP = "hydrant.ledger.rollup"
 REPLAY_SPOOL = "hydrant.ledger.replay_spool"
+PURGE_RESPONSES = "hydrant.responses.purge"
 
 
 async def rollup_ledger(ctx: JobContext, hours: int | str = 3) -> dict[str, Any]:
@@ -41,4 +44,13 @@ async def replay_spool(ctx: JobContext) -> dict[str, Any]:
         spool.close()
 
 
-TASKS = (Job(ROLLUP, rollup_ledger), Job(REPLAY_SPOOL, replay_spool))
+async def purge_responses(ctx: JobContext) -> dict[str, Any]:
+    """Stored Responses API answers past HYDRANT_RESPONSES_STORE_DAYS: gone, not just unread."""
+    return {"deleted": await purge_expired(ctx.database, ctx.clock())}
+
+
+TASKS = (
+    Job(ROLLUP, rollup_ledger),
+    Job(REPLAY_SPOOL, replay_spool),
+    Job(PURGE_RESPONSES, purge_responses),
+)

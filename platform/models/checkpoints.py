@@ -11,7 +11,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-SUPPORTED_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"})
+from hydrant.engine.architectures import EMBEDDING_ARCHITECTURES, SUPPORTED_ARCHITECTURES
+
+# bare decoders (no LM head) too: embedding models, served for /v1/embeddings only
+SERVABLE_ARCHITECTURES = SUPPORTED_ARCHITECTURES | set(EMBEDDING_ARCHITECTURES)
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,8 @@ def inspect_checkpoint(path: Path) -> CheckpointInfo:
     architectures = config.get("architectures") or []
     if config:
         architecture = architectures[0] if architectures else None
-        if architecture not in SUPPORTED_ARCHITECTURES:
-            supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
+        if architecture not in SERVABLE_ARCHITECTURES:
+            supported = ", ".join(sorted(SERVABLE_ARCHITECTURES))
             problems.append(
                 f"architecture {architecture!r} is not supported (supported: {supported})"
             )

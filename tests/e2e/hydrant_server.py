@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -11,10 +14,32 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from hydrant.platform.keys import generate_key
+
+
+def with_chat_template(model_dir: Path, target: Path, template: str) -> Path:
+    """A copy of a checkpoint whose tokenizer carries another chat template: the same
+    weights made to look like another model family (Hermes tools, Qwen 3 thinking)."""
+    shutil.copytree(model_dir, target)
+    config_file = target / "tokenizer_config.json"
+    config = json.loads(config_file.read_text("utf-8"))
+    config["chat_template"] = template
+    config_file.write_text(json.dumps(config), "utf-8")
+    return target
+
+
+@contextmanager
+def tenant_client(data_dir: Path, model_dir: Path, tenant: str) -> Iterator[Any]:
+    """A server for `model_dir` (as `demo`) and an `openai` client with a tenant's key."""
+    import openai
+
+    with hydrant_server(data_dir, model_dir) as running:
+        _, secret = running.tenant_key(tenant)
+        yield openai.OpenAI(base_url=f"{running.base_url}/v1", api_key=secret, max_retries=0)
 
 
 def free_port() -> int:
@@ -37,6 +62,22 @@ class RunningServer:
             headers={"Authorization": f"Bearer {self.admin_key}"},
             timeout=30,
         )
+
+    def ledger_entry(self, request_id: str) -> tuple[object, ...] | None:
+        """(status, input, cached and output tokens, charged) of a request's ledger entry in
+        the embedded SQLite database, waiting up to 5 s for it to be written; None if none."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with sqlite3.connect(self.data_dir / "hydrant.db") as db:
+                row = db.execute(
+                    "SELECT status, input_tokens, cached_tokens, output_tokens, charged "
+                    "FROM ledger_entries WHERE request_id = ?",
+                    (request_id,),
+                ).fetchone()
+            if row is not None:
+                return tuple(row)
+            time.sleep(0.1)
+        return None
 
     def tenant_key(self, name: str, plan: str | None = None) -> tuple[str, str]:
         """Create a tenant and an inference key through the admin API: (tenant id, secret)."""

@@ -6,50 +6,21 @@ prompt token count must equal what the model's own tokenizer gives.
 
 from __future__ import annotations
 
-import sqlite3
+import re
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import openai
 import pytest
-from hydrant_server import RunningServer, hydrant_server
+from hydrant_server import RunningServer
+from pydantic import BaseModel, Field
 
 from hydrant.engine.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def server(
-    demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    with hydrant_server(tmp_path_factory.mktemp("serve"), demo_model_dir) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> openai.OpenAI:
-    _, secret = server.tenant_key("openai-client")
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0)
-
-
-def _ledger(server: RunningServer, request_id: str) -> tuple[object, ...] | None:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        with sqlite3.connect(server.data_dir / "hydrant.db") as db:
-            row = db.execute(
-                "SELECT status, input_tokens, cached_tokens, output_tokens, charged "
-                "FROM ledger_entries WHERE request_id = ?",
-                (request_id,),
-            ).fetchone()
-        if row is not None:
-            return tuple(row)
-        time.sleep(0.1)
-    return None
 
 
 MESSAGES = [{"role": "user", "content": "Write one line about rivers."}]
@@ -78,7 +49,7 @@ def test_chat_completion_usage_matches_tokenizer_and_ledger(
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     if choice.finish_reason == "length":
         assert usage.completion_tokens == 12
-    entry = _ledger(server, request_id)
+    entry = server.ledger_entry(request_id)
     assert entry is not None
     status, input_tokens, cached, output_tokens, charged = entry
     assert (status, input_tokens, output_tokens) == (
@@ -320,7 +291,7 @@ def test_batched_prompts_answer_as_each_prompt_alone(
     tokenizer = Tokenizer.from_pretrained(demo_model_dir)
     assert usage.prompt_tokens == sum(len(tokenizer.encode(p)) for p in BATCH)
     assert usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)  # type: ignore[union-attr]
-    entry = _ledger(server, raw.headers["x-request-id"])
+    entry = server.ledger_entry(raw.headers["x-request-id"])
     assert entry is not None
     status, input_tokens, _, output_tokens, _ = entry
     assert (status, input_tokens, output_tokens) == (
@@ -328,7 +299,7 @@ def test_batched_prompts_answer_as_each_prompt_alone(
         usage.prompt_tokens,
         usage.completion_tokens,
     )
-    assert _ledger(server, raw.headers["x-request-id"] + "-0") is None  # one entry, not three
+    assert server.ledger_entry(raw.headers["x-request-id"] + "-0") is None  # one entry, not three
 
     # the same batch as token ids, streamed: every choice's text arrives under its index
     ids = [tokenizer.encode(p) for p in BATCH]
@@ -374,8 +345,377 @@ def test_batched_echo_scores_each_prompt(client: openai.OpenAI) -> None:
         assert choice.logprobs.tokens == batch.choices[index].logprobs.tokens  # type: ignore[union-attr]
 
 
-def test_models_list(client: openai.OpenAI) -> None:
-    assert [m.id for m in client.models.list()] == ["demo"]
+def test_models_list_and_retrieve(client: openai.OpenAI) -> None:
+    listed = list(client.models.list())
+    assert [m.id for m in listed] == ["demo"]
+    model = client.models.retrieve("demo")
+    assert (model.id, model.created, model.object) == ("demo", listed[0].created, "model")
+    for missing in ("nope", "org/nope"):  # served names may hold a slash
+        with pytest.raises(openai.NotFoundError) as info:
+            client.models.retrieve(missing)
+        assert info.value.code == "model_not_found"
+
+
+def _token_id(tokenizer: Tokenizer, raw: list[int] | None) -> int:
+    """The vocabulary id whose bytes a logprob entry reports."""
+    assert raw is not None
+    ids = [i for i in range(tokenizer.vocab_size) if tokenizer.token_bytes(i) == bytes(raw)]
+    assert len(ids) == 1, (raw, ids)
+    return ids[0]
+
+
+def test_logit_bias_bans_the_top_token_and_forces_another(
+    client: openai.OpenAI, demo_model_dir: Path
+) -> None:
+    tokenizer = Tokenizer.from_pretrained(demo_model_dir)
+    greedy: dict[str, Any] = {"model": "demo", "messages": MESSAGES, "temperature": 0}
+    plain = client.chat.completions.create(**greedy, max_tokens=1, logprobs=True, top_logprobs=2)
+    first = plain.choices[0].logprobs.content[0]  # type: ignore[union-attr,index]
+    top, runner_up = first.top_logprobs
+    assert _token_id(tokenizer, top.bytes) == _token_id(tokenizer, first.bytes)
+    banned_id = _token_id(tokenizer, top.bytes)
+    # Banned, the argmax gives way to the runner-up: the bias reached the sampler, on the
+    # right token id, and nothing else moved.
+    banned = client.chat.completions.create(
+        **greedy, max_tokens=1, logprobs=True, logit_bias={str(banned_id): -100}
+    )
+    now = banned.choices[0].logprobs.content[0]  # type: ignore[union-attr,index]
+    assert now.bytes == runner_up.bytes and now.bytes != top.bytes
+    # Forced (+100), one token wins every step, streamed or not, on both endpoints.
+    (forced_id,) = tokenizer.encode("b", add_special_tokens=False)
+    forced = client.chat.completions.create(
+        **greedy, max_tokens=5, logit_bias={str(forced_id): 100}
+    )
+    text = tokenizer.decode([forced_id] * 5)
+    assert text == "bbbbb"
+    assert forced.choices[0].message.content == text
+    assert forced.usage is not None and forced.usage.completion_tokens == 5
+    stream = client.chat.completions.create(
+        **greedy, max_tokens=5, logit_bias={str(forced_id): 100}, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == text
+    completion = client.completions.create(
+        model="demo", prompt="rivers", max_tokens=5, temperature=0, logit_bias={str(forced_id): 100}
+    )
+    assert completion.choices[0].text == text
+
+
+class Review(BaseModel):
+    """The client's own structured-output type: `parse` sends it as a strict json_schema."""
+
+    verdict: Literal["yes", "no", "maybe"]
+    score: int = Field(ge=0, le=9)
+    tags: list[Literal["calm", "fast"]] = Field(max_length=2)
+
+
+def test_structured_output_parses_with_the_clients_own_helper(
+    server: RunningServer, client: openai.OpenAI, demo_model_dir: Path
+) -> None:
+    raw = client.chat.completions.with_raw_response.parse(
+        model="demo", messages=MESSAGES, response_format=Review, max_tokens=60, n=3, seed=1
+    )
+    completion = raw.parse()
+    assert len(completion.choices) == 3
+    for choice in completion.choices:
+        assert choice.finish_reason == "stop"
+        assert isinstance(choice.message.parsed, Review)  # pydantic validated the JSON
+    # Streamed, against the raw schema: every choice's text is a Review too.
+    schema = {"name": "review", "schema": Review.model_json_schema(), "strict": True}
+    schema["schema"]["additionalProperties"] = False
+    stream = client.chat.completions.create(
+        model="demo",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        response_format={"type": "json_schema", "json_schema": schema},  # type: ignore[typeddict-item]
+        max_tokens=60,
+        n=2,
+        temperature=1,  # type: ignore[arg-type]
+        stream=True,
+    )
+    texts: dict[int, str] = {}
+    for chunk in stream:
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+    assert sorted(texts) == [0, 1]
+    for text in texts.values():
+        Review.model_validate_json(text)
+    # JSON mode with a bias towards "}": the grammar still opens the object first.
+    tokenizer = Tokenizer.from_pretrained(demo_model_dir)
+    close = tokenizer.encode("}", add_special_tokens=False)
+    assert len(close) == 1
+    mode = client.chat.completions.create(
+        model="demo",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        response_format={"type": "json_object"},
+        logit_bias={str(close[0]): 100},
+        max_tokens=10,
+    )
+    assert mode.choices[0].message.content == "{}"
+    assert mode.choices[0].finish_reason == "stop"
+    entry = server.ledger_entry(raw.headers["x-request-id"])
+    assert entry is not None and entry[0] == "finished"
+    # vLLM's extension: the same on /v1/completions, every prompt of a batch constrained.
+    batch = client.completions.create(
+        model="demo",
+        prompt=["A review:", "Another review:"],
+        max_tokens=60,
+        n=2,
+        seed=3,
+        extra_body={"response_format": {"type": "json_schema", "json_schema": schema}},
+    )
+    assert len(batch.choices) == 4
+    for choice in batch.choices:
+        assert choice.finish_reason == "stop"
+        Review.model_validate_json(choice.text)
+    # vLLM's structured_outputs: a choice on chat, a regex on completions.
+    labels = ["positive", "negative", "mixed feelings"]
+    picked = client.chat.completions.create(
+        model="demo",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=len("mixed feelings"),  # room for the longest label, a character a token
+        n=4,
+        seed=5,
+        extra_body={"structured_outputs": {"choice": labels}},
+    )
+    assert all(c.message.content in labels for c in picked.choices)
+    dated = client.completions.create(
+        model="demo",
+        prompt="Today is",
+        max_tokens=20,
+        extra_body={"structured_outputs": {"regex": r"2026-(0[1-9]|1[0-2])-[0-3][0-9]"}},
+    )
+    assert re.fullmatch(r"2026-(0[1-9]|1[0-2])-[0-3][0-9]", dated.choices[0].text)
+
+
+class GetWeather(BaseModel):
+    """The weather in a city."""
+
+    city: str = Field(max_length=8)
+    unit: Literal["celsius", "fahrenheit"]
+
+
+WEATHER_TOOL: Any = openai.pydantic_function_tool(GetWeather)
+TIME_TOOL: Any = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "The time now.", "parameters": {}},
+}
+ASK = [{"role": "user", "content": "What is the weather in Oslo?"}]
+
+
+def test_required_tool_calls_parse_with_the_clients_own_helper(
+    server: RunningServer, client: openai.OpenAI
+) -> None:
+    required: dict[str, Any] = {
+        "model": "demo",
+        "messages": ASK,
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        # room for the longest call the schema allows, whatever the draw: one token per
+        # character of the frame, twelve per city character (an escaped surrogate pair)
+        "max_tokens": 80 + 12 * 8,
+        "seed": 4,
+    }
+    raw = client.chat.completions.with_raw_response.parse(n=2, **required)
+    completion = raw.parse()
+    assert len(completion.choices) == 2
+    for choice in completion.choices:
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.content is None
+        (call,) = choice.message.tool_calls or []
+        assert call.type == "function" and call.id.startswith("call_")
+        assert call.function.name == "GetWeather"
+        assert isinstance(call.function.parsed_arguments, GetWeather)  # pydantic validated
+    entry = server.ledger_entry(raw.headers["x-request-id"])
+    assert entry is not None and entry[0] == "finished"
+    # The client's streaming helper assembles the deltas and validates the arguments too.
+    with client.chat.completions.stream(**required) as stream:
+        done = [e for e in stream if e.type == "tool_calls.function.arguments.done"]
+        final = stream.get_final_completion()
+    assert len(done) == 1 and isinstance(done[0].parsed_arguments, GetWeather)
+    (streamed,) = final.choices[0].message.tool_calls or []
+    assert isinstance(streamed.function.parsed_arguments, GetWeather)
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def _joined_stream(client: openai.OpenAI, **request: Any) -> tuple[str | None, list[Any], str]:
+    """A streamed chat choice as a client joins it: content, (id, name, arguments) per
+    call, finish reason."""
+    content: str | None = None
+    calls: dict[int, list[str]] = {}
+    finish = ""
+    for chunk in client.chat.completions.create(stream=True, **request):
+        for c in chunk.choices:
+            if c.delta.content:
+                content = (content or "") + c.delta.content
+            for piece in c.delta.tool_calls or []:
+                if piece.id is not None:
+                    assert piece.index not in calls and piece.function is not None
+                    calls[piece.index] = [piece.id, piece.function.name or "", ""]
+                else:
+                    assert piece.function is not None and piece.function.name is None
+                calls[piece.index][2] += piece.function.arguments or ""
+            finish = c.finish_reason or finish
+    return content, [calls[i] for i in sorted(calls)], finish
+
+
+def test_named_tool_choice_streams_the_arguments_it_returns_whole(client: openai.OpenAI) -> None:
+    request: dict[str, Any] = {
+        "model": "demo",
+        "messages": ASK,
+        "tools": [WEATHER_TOOL, TIME_TOOL],
+        "tool_choice": {"type": "function", "function": {"name": "GetWeather"}},
+        "max_tokens": 60,
+        "temperature": 0,
+    }
+    whole = client.chat.completions.create(**request).choices[0]
+    assert whole.finish_reason == "stop"  # as OpenAI ends a forced function
+    (call,) = whole.message.tool_calls or []
+    assert call.function.name == "GetWeather"
+    GetWeather.model_validate_json(call.function.arguments)
+    content, calls, finish = _joined_stream(client, **request)
+    assert content is None and finish == "stop"
+    ((call_id, name, arguments),) = calls
+    assert call_id.startswith("call_") and (name, arguments) == (
+        "GetWeather",
+        call.function.arguments,
+    )
+
+
+def test_auto_reads_the_models_own_json_calls(client: openai.OpenAI) -> None:
+    """The demo model's template is Llama 3.1's JSON tool calling; its weights are random,
+    so the answer's form is forced here with structured_outputs, and the calls are read
+    from the text as from a trained model's."""
+    shape = {
+        "type": "object",
+        "properties": {
+            "name": {"const": "GetWeather"},
+            "parameters": WEATHER_TOOL["function"]["parameters"],
+        },
+        "required": ["name", "parameters"],
+        "additionalProperties": False,
+    }
+    request: dict[str, Any] = {
+        "model": "demo",
+        "messages": ASK,
+        "tools": [WEATHER_TOOL, TIME_TOOL],
+        "max_tokens": 80,
+        "temperature": 0,
+        "extra_body": {"structured_outputs": {"json": shape}},
+    }
+    choice = client.chat.completions.create(**request).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "GetWeather"
+    GetWeather.model_validate_json(call.function.arguments)
+    content, calls, finish = _joined_stream(client, **request)
+    assert (content, finish) == (None, "tool_calls")
+    assert [c[1:] for c in calls] == [["GetWeather", call.function.arguments]]
+    # Unforced, the random model writes text: auto gives it back as content, streamed alike.
+    free = {**request, "extra_body": {}, "max_tokens": 12}
+    plain = client.chat.completions.create(**free).choices[0]
+    assert not plain.message.tool_calls and plain.message.content
+    assert _joined_stream(client, **free) == (plain.message.content, [], plain.finish_reason)
+
+
+def test_a_tool_conversation_reaches_the_template(
+    client: openai.OpenAI, demo_model_dir: Path
+) -> None:
+    arguments = '{"city": "Oslo", "unit": "celsius"}'
+    conversation: list[Any] = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "GetWeather", "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "4 degrees and rain"},
+    ]
+    completion = client.chat.completions.create(
+        model="demo", messages=conversation, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=4
+    )
+    tokenizer = Tokenizer.from_pretrained(demo_model_dir)
+    rendered = [dict(m) for m in conversation]
+    rendered[1]["tool_calls"] = [
+        {
+            **rendered[1]["tool_calls"][0],
+            "function": {"name": "GetWeather", "arguments": {"city": "Oslo", "unit": "celsius"}},
+        }
+    ]
+    expected = tokenizer.encode_chat(rendered, tools=[WEATHER_TOOL])
+    assert completion.usage is not None
+    assert completion.usage.prompt_tokens == len(expected)
+    text = tokenizer.decode(expected, skip_special_tokens=False)
+    assert '{"name": "GetWeather", "parameters": {"city": "Oslo", "unit": "celsius"}}' in text
+    assert "ipython<|end_header_id|>\n\n4 degrees and rain" in text
+    assert completion.choices[0].message.tool_calls is None  # none: text only
+
+
+def test_tokenize_counts_what_a_request_would_be_charged(
+    server: RunningServer, client: openai.OpenAI, demo_model_dir: Path
+) -> None:
+    """vLLM's /tokenize and /detokenize: the exact prompt count a chat or completion
+    request is metered with, before sending it; nothing runs on the engine or is billed."""
+    _, secret = server.tenant_key("tokenize")
+    auth = {"Authorization": f"Bearer {secret}"}
+    chat: dict[str, Any] = {
+        "model": "demo",
+        "messages": ASK,
+        "tools": [WEATHER_TOOL],
+        "chat_template_kwargs": {"unused_name": 1},
+    }
+    with httpx.Client(base_url=server.base_url, headers=auth, timeout=30) as http:
+        counted = http.post("/tokenize", json=chat)
+        assert counted.status_code == 200, counted.text
+        assert "x-request-id" in counted.headers
+        sent = client.chat.completions.create(
+            model="demo",
+            messages=ASK,  # type: ignore[arg-type]
+            tools=[WEATHER_TOOL],
+            max_tokens=1,
+            extra_body={"chat_template_kwargs": chat["chat_template_kwargs"]},
+        )
+        assert sent.usage is not None
+        assert counted.json()["count"] == sent.usage.prompt_tokens == len(counted.json()["tokens"])
+        assert counted.json()["max_model_len"] > sent.usage.prompt_tokens
+
+        tokenizer = Tokenizer.from_pretrained(demo_model_dir)
+        text = "Rivers run 长江 🌊"
+        plain = http.post(
+            "/tokenize", json={"model": "demo", "prompt": text, "return_token_strs": True}
+        ).json()
+        assert plain["tokens"] == tokenizer.encode(text)
+        assert "".join(plain["token_strs"][1:]).startswith("Rivers run")
+        bare = http.post(
+            "/tokenize", json={"model": "demo", "prompt": text, "add_special_tokens": False}
+        ).json()
+        assert bare["tokens"] == tokenizer.encode(text, add_special_tokens=False)
+        request_id = counted.headers["x-request-id"]
+        back = http.post("/detokenize", json={"model": "demo", "tokens": bare["tokens"]})
+        assert back.json() == {"prompt": text}
+
+        for path, body, status, param in [
+            ("/detokenize", {"model": "demo", "tokens": [10**6]}, 400, "tokens"),
+            ("/detokenize", {"model": "demo", "tokens": "abc"}, 400, "tokens"),
+            ("/tokenize", {"model": "nope", "prompt": "x"}, 404, "model"),
+            ("/tokenize", {"model": "demo", "messages": []}, 400, "messages"),
+            ("/tokenize", {"model": "demo", "messages": ASK, "tools": []}, 400, "tools"),
+        ]:
+            refused = http.post(path, json=body)
+            assert refused.status_code == status, refused.text
+            assert refused.json()["error"]["param"] == param
+        assert http.post("/tokenize", content=b"{not json").status_code == 400
+    assert (
+        httpx.post(f"{server.base_url}/tokenize", json={"model": "demo", "prompt": "x"}).status_code
+        == 401
+    )
+    assert server.ledger_entry(request_id) is None  # not metered
 
 
 def test_errors_are_openai_errors(client: openai.OpenAI) -> None:

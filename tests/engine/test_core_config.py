@@ -67,6 +67,30 @@ def test_new_layout_and_family_switches() -> None:
     )
     assert mistral.max_model_len == 4096  # we attend fully, so the window caps the context
     assert not mistral.qkv_bias
+    # Qwen3 (Qwen3-8B's config): q/k norms, head_dim apart from hidden / heads, every
+    # attention projection biased only with attention_bias, its window off like Qwen2's.
+    qwen3 = {
+        **LLAMA3_V4,
+        "architectures": ["Qwen3ForCausalLM"],
+        "head_dim": 128,
+        "hidden_size": 2560,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "sliding_window": None,
+        "use_sliding_window": False,
+        "max_window_layers": 36,
+    }
+    plain = ModelConfig.from_dict(qwen3)
+    assert plain.qk_norm and plain.head_dim == 128
+    assert not plain.qkv_bias and not plain.o_bias and plain.sliding_window is None
+    biased = ModelConfig.from_dict({**qwen3, "attention_bias": True, "sliding_window": 4096})
+    assert biased.qkv_bias and biased.o_bias and biased.max_model_len == 131072
+    assert not qwen.qk_norm and not mistral.qk_norm
+    # The embedding sizes a Matryoshka model may be cut to (None: not one; (): any).
+    assert qwen.matryoshka_dimensions is None
+    listed = ModelConfig.from_dict({**qwen3, "matryoshka_dimensions": [1024, 32, 256]})
+    assert listed.matryoshka_dimensions == (32, 256, 1024)
+    assert ModelConfig.from_dict({**qwen3, "is_matryoshka": True}).matryoshka_dimensions == ()
 
 
 def test_broken_configs_are_clear_errors(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from hydrant.engine.scheduler import SchedulerOutput
 
 NEW_TOKENS = 64
 GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
-PARITY_FAMILIES: tuple[Family, ...] = ("llama", "qwen2", "mistral")
+PARITY_FAMILIES: tuple[Family, ...] = ("llama", "qwen2", "qwen3", "mistral")
 
 
 @dataclass

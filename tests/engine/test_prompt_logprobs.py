@@ -6,20 +6,23 @@ possible, and after a preemption computed it again."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import EngineTracker, build_tiny_model, load_hf_model, random_prompts
+from tiny_models import (
+    EngineTracker,
+    build_tiny_model,
+    load_hf_model,
+    random_prompts,
+    run_batch,
+)
 
 from hydrant.engine.errors import InvalidRequestError
-from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-_ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +44,6 @@ def _expected(model: torch.nn.Module, prompt: list[int], k: int) -> list[tuple[f
         (float(logprobs[i - 1, prompt[i]]), logprobs[i - 1].topk(k).indices.tolist())
         for i in range(1, len(prompt))
     ]
-
-
-def _run(engine: LLMEngine, prompts: list[list[int]], params: list[SamplingParams]) -> dict:
-    tag = f"p{next(_ids)}-"
-    for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
-        engine.add_request(f"{tag}{i}", prompt, p)
-    seen: dict[str, list[RequestOutput]] = {}
-    while engine.has_unfinished():
-        for output in engine.step():
-            seen.setdefault(output.request_id, []).append(output)
-    return {int(rid.removeprefix(tag)): outs for rid, outs in seen.items()}
 
 
 def _scores(outputs: list[RequestOutput]) -> list:
@@ -83,7 +75,7 @@ def test_prompt_scores_match_transformers(
         SamplingParams(max_tokens=3, temperature=0.0),  # beside one that asks for none
         SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0),
     ]
-    outputs = _run(engine, prompts, params)
+    outputs = run_batch(engine, prompts, params)
     _check(_scores(outputs[0]), _expected(reference, prompts[0], 3), prompts[0], 3)
     _check(_scores(outputs[2]), _expected(reference, prompts[2], 0), prompts[2], 0)
     assert all(o.prompt_logprobs is None for o in outputs[1])
@@ -97,7 +89,7 @@ def test_a_chunked_prefill_scores_every_chunk_boundary(
         model_dir, max_num_batched_tokens=13, short_lane_tokens=13, long_lane_tokens=13
     )
     prompt = random_prompts(1, 70, 71, seed=4)[0]
-    outputs = _run(engine, [prompt], [SamplingParams(max_tokens=2, prompt_logprobs=2)])
+    outputs = run_batch(engine, [prompt], [SamplingParams(max_tokens=2, prompt_logprobs=2)])
     _check(_scores(outputs[0]), _expected(reference, prompt, 2), prompt, 2)
 
 
@@ -107,11 +99,11 @@ def test_a_cached_prefix_is_computed_again_to_be_scored(
     engine = engines.make(model_dir)
     prompt = random_prompts(1, 50, 51, seed=6)[0]
     greedy = SamplingParams(max_tokens=1, temperature=0.0)
-    _run(engine, [prompt], [greedy])  # its full blocks are now in the prefix cache
-    scored = _run(engine, [prompt], [SamplingParams(max_tokens=1, prompt_logprobs=1)])
+    run_batch(engine, [prompt], [greedy])  # its full blocks are now in the prefix cache
+    scored = run_batch(engine, [prompt], [SamplingParams(max_tokens=1, prompt_logprobs=1)])
     assert scored[0][-1].metrics.cached_tokens == 0
     _check(_scores(scored[0]), _expected(reference, prompt, 1), prompt, 1)
-    again = _run(engine, [prompt], [greedy])
+    again = run_batch(engine, [prompt], [greedy])
     assert again[0][-1].metrics.cached_tokens > 0  # the cache itself still works
 
 
@@ -124,7 +116,7 @@ def test_a_preempted_prompt_is_scored_once(
     )
     prompts = random_prompts(4, 30, 40, seed=8)
     params = [SamplingParams(max_tokens=24, ignore_eos=True, prompt_logprobs=1)] * 4
-    outputs = _run(engine, prompts, params)
+    outputs = run_batch(engine, prompts, params)
     assert sum(out[-1].metrics.num_preemptions for out in outputs.values()) > 0
     for i, prompt in enumerate(prompts):
         _check(_scores(outputs[i]), _expected(reference, prompt, 1), prompt, 1)
@@ -135,7 +127,7 @@ def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(
 ) -> None:
     engine = engines.make(model_dir)
     prompt = random_prompts(1, 20, 21, seed=9)[0]
-    outputs = _run(engine, [prompt], [SamplingParams(max_tokens=0, prompt_logprobs=2)])
+    outputs = run_batch(engine, [prompt], [SamplingParams(max_tokens=0, prompt_logprobs=2)])
     last = outputs[0][-1]
     assert last.finished and last.metrics.completion_tokens == 0
     assert last.outputs[0].token_ids == [] and last.outputs[0].text == ""
@@ -147,7 +139,7 @@ def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(
 
 def test_a_one_token_prompt_has_nothing_to_score(model_dir: Path, engines: EngineTracker) -> None:
     engine = engines.make(model_dir)
-    outputs = _run(engine, [[5]], [SamplingParams(max_tokens=1, prompt_logprobs=2)])
+    outputs = run_batch(engine, [[5]], [SamplingParams(max_tokens=1, prompt_logprobs=2)])
     assert _scores(outputs[0]) == [None]
 
 

@@ -15,6 +15,7 @@ import torch
 from transformers.generation.logits_process import (
     MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -195,6 +196,59 @@ def test_min_tokens_masks_eos_and_stop_ids_until_reached() -> None:
     assert sampler(logits, [_row(params, output=[1, 1, 1])]).token_ids == [EOS]
     ignoring = SamplingParams(temperature=0.0, min_tokens=3, ignore_eos=True)
     assert sampler(logits, [_row(ignoring)]).token_ids == [EOS]
+
+
+def test_logit_bias_matches_transformers_sequence_bias_before_the_penalties() -> None:
+    logits = _logits(3, seed=9)
+    biases: list[dict[int, float]] = [
+        {3: 5.5, 40: -2.0, VOCAB - 1: 100.0},
+        {},
+        {7: -100.0, 8: 0.25},
+    ]
+    prompt = [8, 9]
+    rows = [
+        _row(SamplingParams(temperature=0.0, logit_bias=biases[0])),
+        _row(SamplingParams(temperature=0.0)),
+        _row(
+            SamplingParams(temperature=0.7, logit_bias=biases[2], repetition_penalty=1.3),
+            prompt=prompt,
+        ),
+    ]
+    processed = Sampler().process(logits, rows)
+    context = cast(torch.LongTensor, torch.tensor([prompt]))
+    for i, bias in enumerate(biases):
+        expected = logits[i : i + 1].clone()
+        if bias:
+            expected = SequenceBiasLogitsProcessor([[[t], b] for t, b in bias.items()])(
+                context, expected
+            )
+        if i == 2:  # vLLM's order: the penalty scales the biased logit
+            expected = RepetitionPenaltyLogitsProcessor(1.3)(context, expected)
+            expected = TemperatureLogitsWarper(0.7)(context, expected)
+        torch.testing.assert_close(processed[i], expected[0])
+    assert torch.equal(processed[1], logits[1])  # an unbiased row in the batch is untouched
+    assert not torch.equal(processed[0], logits[0])
+
+
+def test_logit_bias_forces_and_bans_tokens_alone_or_batched() -> None:
+    logits = _logits(4, seed=10)
+    top = logits.argmax(dim=-1).tolist()
+    forced = SamplingParams(temperature=0.0, logit_bias={11: 100.0})
+    banned = SamplingParams(temperature=1.0, logit_bias={top[1]: -100.0}, logprobs=1)
+    plain = SamplingParams(temperature=0.0)
+    rows = [_row(forced), _row(banned, seed=5), _row(plain), _row(forced)]
+    result = Sampler()(logits, rows)
+    assert result.token_ids[0] == result.token_ids[3] == 11
+    assert result.token_ids[2] == top[2]
+    assert result.token_ids[1] != top[1]
+    assert Sampler()(logits[1:2], [_row(banned, seed=5)]).token_ids == [result.token_ids[1]]
+    # The logprobs are those of the biased distribution the token was drawn from.
+    biased = logits[1].clone()
+    biased[top[1]] -= 100.0
+    chosen = result.logprobs[1]
+    assert chosen is not None
+    expected = biased.log_softmax(dim=-1)[chosen.token_id].item()
+    assert chosen.logprob == pytest.approx(expected, abs=1e-5)
 
 
 def test_logprobs_come_from_the_sampled_distribution() -> None:

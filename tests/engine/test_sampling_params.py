@@ -35,6 +35,19 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"logprobs": 21}, "logprobs", "[0, 20]"),
     ({"logprobs": -1}, "logprobs", "[0, 20]"),
     ({"ignore_eos": "yes"}, "ignore_eos", "boolean"),
+    ({"logit_bias": {5: 100.5}}, "logit_bias", "[-100, 100]"),
+    ({"logit_bias": {5: math.nan}}, "logit_bias", "[-100, 100]"),
+    ({"logit_bias": {5: -math.inf}}, "logit_bias", "[-100, 100]"),
+    ({"logit_bias": {-1: 1.0}}, "logit_bias", "token ids"),
+    ({"logit_bias": {"5": 1.0}}, "logit_bias", "token ids"),
+    ({"logit_bias": {5: "1"}}, "logit_bias", "[-100, 100]"),
+    ({"logit_bias": ((5, 1.0), (5, 2.0))}, "logit_bias", "twice"),
+    ({"logit_bias": ((5,),)}, "logit_bias", "map token ids"),
+    ({"logit_bias": {t: 1.0 for t in range(1025)}}, "logit_bias", "at most 1024"),
+    ({"structured_output": ("xml", "<a/>")}, "structured_outputs", "kind one of"),
+    ({"structured_output": ("regex",)}, "structured_outputs", "kind one of"),
+    ({"structured_output": ("regex", "a+"), "ignore_eos": True}, "ignore_eos", "structured"),
+    ({"structured_output": ("json", "{}"), "min_tokens": 2}, "min_tokens", "response_format"),
 ]
 
 
@@ -57,6 +70,10 @@ def test_vocab_size_bounds_token_ids_and_top_k() -> None:
     with pytest.raises(InvalidRequestError) as info:
         SamplingParams(top_k=101).validate(vocab_size=100)
     assert info.value.param == "top_k"
+    SamplingParams(logit_bias={99: -100, 0: 100}).validate(vocab_size=100)
+    with pytest.raises(InvalidRequestError) as info:
+        SamplingParams(logit_bias={100: 1.0}).validate(vocab_size=100)
+    assert info.value.param == "logit_bias" and "outside the vocabulary" in info.value.message
 
 
 def test_defaults_and_edge_values_are_valid() -> None:
@@ -82,3 +99,10 @@ def test_lists_and_a_single_stop_string_become_tuples() -> None:
     assert params.max_stop_len == 3
     assert SamplingParams(stop="END").stop == ("END",)
     assert hash(params) == hash(SamplingParams(stop=("a", "bcd"), stop_token_ids=(1, 2)))
+
+
+def test_a_logit_bias_dict_becomes_sorted_pairs() -> None:
+    params = SamplingParams(logit_bias={9: 1.5, 2: -100})
+    assert params.logit_bias == ((2, -100), (9, 1.5))
+    assert params == SamplingParams(logit_bias=[[2, -100], [9, 1.5]])  # as msgpack/JSON carry it
+    assert hash(params) == hash(SamplingParams(logit_bias=((2, -100), (9, 1.5))))

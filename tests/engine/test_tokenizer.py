@@ -181,6 +181,43 @@ def test_chat_template_matches_transformers(
     assert ours.encode_chat(conversation, add_generation_prompt) == expected_ids
 
 
+def test_demo_tool_template_matches_transformers(llama3_dir: Path) -> None:
+    """The demo's Llama 3.1-style tool turns: the tools listed in the first user turn, a
+    call written as JSON, its answer an ipython turn; without tools, Llama 3's prompt."""
+    ours = Tokenizer.from_pretrained(llama3_dir)
+    theirs = AutoTokenizer.from_pretrained(llama3_dir)
+    tools: list[Any] = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather <now> & later",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    call = {"name": "get_weather", "arguments": {"city": "Zürich"}}
+    conversation: list[Any] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Zürich?"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": call}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "4 degrees"},
+        {"role": "tool", "tool_call_id": "c2", "content": {"rain": True}},
+        {"role": "user", "content": "And tomorrow?"},
+    ]
+    for given in (tools, None):
+        expected = theirs.apply_chat_template(
+            conversation, tools=given, tokenize=False, add_generation_prompt=True
+        )
+        assert ours.apply_chat_template(conversation, tools=given) == expected
+        assert ("Given the following functions" in expected) is (given is not None)
+        ids = theirs.apply_chat_template(
+            conversation, tools=given, add_generation_prompt=True, return_dict=False
+        )
+        assert ours.encode_chat(conversation, tools=given) == ids
+    assert '{"name": "get_weather", "parameters": {"city": "Zürich"}}' in expected
+
+
 def test_feature_template_matches_transformers(llama3_dir: Path, tmp_path: Path) -> None:
     """namespace, loop controls, tojson, raise_exception, strftime_now, generation tag."""
     (tmp_path / "tokenizer.json").write_bytes((llama3_dir / "tokenizer.json").read_bytes())

@@ -35,8 +35,8 @@ from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
-Family = Literal["llama", "gqa", "llama3", "qwen2", "mistral"]
-FAMILIES: tuple[Family, ...] = ("llama", "gqa", "llama3", "qwen2", "mistral")
+Family = Literal["llama", "gqa", "llama3", "qwen2", "qwen3", "mistral"]
+FAMILIES: tuple[Family, ...] = ("llama", "gqa", "llama3", "qwen2", "qwen3", "mistral")
 VOCAB_SIZE = 2048  # the demo tokenizer's size
 MAX_POSITIONS = 256
 
@@ -58,7 +58,7 @@ _COMMON: dict[str, Any] = {
 
 def hf_config(family: Family) -> PretrainedConfig:
     """The transformers config of each tiny family."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     if family == "llama":
         return LlamaConfig(**_COMMON)
@@ -80,13 +80,17 @@ def hf_config(family: Family) -> PretrainedConfig:
         )
     if family == "qwen2":
         return Qwen2Config(**{**_COMMON, "num_key_value_heads": 2}, tie_word_embeddings=True)
+    if family == "qwen3":  # head_dim set apart from hidden / heads, as Qwen3's own configs do
+        return Qwen3Config(
+            **{**_COMMON, "num_key_value_heads": 2, "head_dim": 32}, tie_word_embeddings=True
+        )
     if family == "mistral":
         return MistralConfig(**{**_COMMON, "num_key_value_heads": 2}, sliding_window=4096)
     raise ValueError(f"unknown family {family!r}")
 
 
 @functools.cache
-def _tokenizer_files() -> dict[str, str]:
+def tokenizer_files() -> dict[str, str]:
     """Train the demo tokenizer once per test session; copy its files into each model."""
     with tempfile.TemporaryDirectory() as tmp:
         write_demo_tokenizer(Path(tmp))
@@ -118,7 +122,7 @@ def build_tiny_model(
         model.save_pretrained(out_dir)
     else:
         model.save_pretrained(out_dir, max_shard_size=max_shard_size)
-    for name, text in _tokenizer_files().items():
+    for name, text in tokenizer_files().items():
         (out_dir / name).write_text(text, "utf-8")
     return out_dir
 
@@ -168,6 +172,24 @@ def run_to_completion(engine: LLMEngine, max_steps: int = 10_000) -> dict[str, R
     else:
         raise AssertionError(f"engine did not drain in {max_steps} steps")
     return finals
+
+
+_batch_ids = itertools.count()
+
+
+def run_batch(
+    engine: LLMEngine, prompts: list[list[int]], params: list[SamplingParams]
+) -> dict[int, list[RequestOutput]]:
+    """Submit prompt i with params i, step until the engine drains; every output of each
+    request, by i (request ids are fresh on every call, so one engine serves many)."""
+    tag = f"b{next(_batch_ids)}-"
+    for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+        engine.add_request(f"{tag}{i}", prompt, p)
+    seen: dict[str, list[RequestOutput]] = {}
+    while engine.has_unfinished():
+        for output in engine.step():
+            seen.setdefault(output.request_id, []).append(output)
+    return {int(rid.removeprefix(tag)): outs for rid, outs in seen.items()}
 
 
 class EngineTracker:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import jsonschema
 import msgspec
 import pytest
 import redis
@@ -157,6 +159,17 @@ def generate(
     return 200, frames
 
 
+def refused_param(address: str, request: GenerateRequest) -> str:
+    """The parameter a worker's 400 names for a request it refuses."""
+    response = httpx.post(
+        f"{address}/generate",
+        content=msgspec.msgpack.encode(request),
+        headers={SECRET_HEADER: SECRET},
+    )
+    assert response.status_code == 400, response.text
+    return str(response.json()["error"]["param"])
+
+
 def long_request(request_id: str, max_tokens: int = 300) -> GenerateRequest:
     return GenerateRequest(
         request_id=request_id,
@@ -207,13 +220,60 @@ def test_generate_streams_chunks_and_refuses_a_bad_request_with_400(shared_worke
     bad = GenerateRequest(
         request_id="r2", prompt_token_ids=[1, 2], sampling=Sampling(temperature=-1)
     )
-    response = httpx.post(
-        f"{worker.address}/generate",
-        content=msgspec.msgpack.encode(bad),
-        headers={SECRET_HEADER: SECRET},
+    assert refused_param(worker.address, bad) == "temperature"
+
+
+def test_a_json_schema_crosses_the_wire_and_the_worker_enforces_it(
+    shared_worker: Worker,
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"verdict": {"enum": ["yes", "no"]}, "n": {"type": "integer", "maximum": 9}},
+        "required": ["verdict", "n"],
+        "additionalProperties": False,
+    }
+    text = json.dumps(schema)
+    request = GenerateRequest(
+        request_id="json-1",
+        prompt_token_ids=list(range(10, 30)),
+        sampling=Sampling(
+            max_tokens=40, temperature=1.0, n=2, seed=7, structured_output=("json", text)
+        ),
     )
-    assert response.status_code == 400
-    assert response.json()["error"]["param"] == "temperature"
+    status, frames = generate(shared_worker.address, request)
+    assert status == 200
+    chunks = [f.chunk for f in frames if f.chunk is not None]
+    for index in (0, 1):
+        deltas = [c for chunk in chunks for c in chunk.choices if c.index == index]
+        assert deltas[-1].finish_reason == "stop"
+        jsonschema.validate(json.loads("".join(d.text for d in deltas)), schema)
+    bad = GenerateRequest(
+        request_id="json-2",
+        prompt_token_ids=[5, 6],
+        sampling=Sampling(structured_output=("json", '{"type": "nonsense"}')),
+    )
+    assert refused_param(shared_worker.address, bad) == "response_format"
+
+
+def test_an_embedding_crosses_the_wire_whole(shared_worker: Worker) -> None:
+    """One frame, finished, carrying a unit vector and no generated token; a cut the model
+    was not trained for is the worker's 400."""
+    prompt = list(range(10, 40))
+    request = GenerateRequest(
+        request_id="embed-1", prompt_token_ids=prompt, sampling=Sampling(max_tokens=0, embed=True)
+    )
+    status, frames = generate(shared_worker.address, request)
+    assert status == 200
+    (chunk,) = [f.chunk for f in frames if f.chunk is not None]
+    assert chunk.finished and chunk.embedding is not None and chunk.usage is not None
+    assert chunk.usage.prompt_tokens == len(prompt) and chunk.usage.completion_tokens == 0
+    assert abs(sum(v * v for v in chunk.embedding) - 1.0) < 1e-5
+    cut = GenerateRequest(
+        request_id="embed-2",
+        prompt_token_ids=prompt,
+        sampling=Sampling(max_tokens=0, embed=True, embed_dimensions=8),
+    )
+    assert refused_param(shared_worker.address, cut) == "dimensions"
 
 
 def test_unload_frees_the_engine_and_load_brings_it_back(shared_worker: Worker) -> None:

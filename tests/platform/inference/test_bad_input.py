@@ -65,6 +65,19 @@ def _is_openai_error(body: Any) -> bool:
     return isinstance(error, dict) and {"message", "type", "param", "code"} <= set(error)
 
 
+def _tool(name: str, parameters: Any = None) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": name}
+    if parameters is not None:
+        function["parameters"] = parameters
+    return {"type": "function", "function": function}
+
+
+def _called(role: str, arguments: str) -> dict[str, Any]:
+    """A message carrying one tool call."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return {"role": role, "content": None, "tool_calls": [call]}
+
+
 CHAT = "/v1/chat/completions"
 GOOD = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
@@ -91,6 +104,118 @@ GOOD = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_t
             "messages[0].role",
         ),
         (json.dumps({**GOOD, "stop": ["a", "b", "c", "d", "e"]}).encode(), 400, "stop"),
+        (json.dumps({**GOOD, "logit_bias": {"abc": 1}}).encode(), 400, "logit_bias"),
+        (json.dumps({**GOOD, "logit_bias": {"-5": 1}}).encode(), 400, "logit_bias"),
+        (json.dumps({**GOOD, "logit_bias": {"5": 100.5}}).encode(), 400, "logit_bias"),
+        (json.dumps({**GOOD, "logit_bias": {"5": "up"}}).encode(), 400, "logit_bias"),
+        (json.dumps({**GOOD, "logit_bias": {"5": 1, "005": 2}}).encode(), 400, "logit_bias"),
+        (json.dumps({**GOOD, "logit_bias": {"2048": 1}}).encode(), 400, "logit_bias"),
+        (json.dumps({**GOOD, "response_format": {"type": "xml"}}).encode(), 400, "response_format"),
+        (
+            json.dumps({**GOOD, "response_format": {"type": "json_schema"}}).encode(),
+            400,
+            "response_format",
+        ),
+        (
+            json.dumps(
+                {
+                    **GOOD,
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {"name": "x", "schema": {"type": "nonsense"}},
+                    },
+                }
+            ).encode(),
+            400,
+            "response_format",
+        ),
+        (
+            json.dumps(
+                {
+                    **GOOD,
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {"name": "not a name", "schema": {}},
+                    },
+                }
+            ).encode(),
+            400,
+            "response_format",
+        ),
+        (
+            json.dumps(
+                {**GOOD, "response_format": {"type": "json_object"}, "ignore_eos": True}
+            ).encode(),
+            400,
+            "ignore_eos",
+        ),
+        (
+            b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], '
+            b'"logit_bias": {"5": 1e999}}',
+            400,
+            "logit_bias",
+        ),
+        (
+            json.dumps({**GOOD, "chat_template_kwargs": {"add_generation_prompt": False}}).encode(),
+            400,
+            "chat_template_kwargs",
+        ),
+        (json.dumps({**GOOD, "chat_template_kwargs": "x"}).encode(), 400, "chat_template_kwargs"),
+        (json.dumps({**GOOD, "tools": []}).encode(), 400, "tools"),
+        (json.dumps({**GOOD, "tools": [{"type": "retrieval"}]}).encode(), 400, "tools"),
+        (json.dumps({**GOOD, "tools": [_tool("no spaces allowed")]}).encode(), 400, "tools"),
+        (json.dumps({**GOOD, "tools": [_tool("f"), _tool("f")]}).encode(), 400, "tools"),
+        (json.dumps({**GOOD, "tools": [_tool("f", {"type": "nonsense"})]}).encode(), 400, "tools"),
+        (json.dumps({**GOOD, "tools": [_tool("f", [1])]}).encode(), 400, "tools"),
+        (json.dumps({**GOOD, "tool_choice": "required"}).encode(), 400, "tool_choice"),
+        (
+            json.dumps({**GOOD, "tools": [_tool("f")], "tool_choice": "any"}).encode(),
+            400,
+            "tool_choice",
+        ),
+        (
+            json.dumps({**GOOD, "tools": [_tool("f")], "tool_choice": 5}).encode(),
+            400,
+            "tool_choice",
+        ),
+        (
+            json.dumps(
+                {
+                    **GOOD,
+                    "tools": [_tool("f")],
+                    "tool_choice": {"type": "function", "function": {"name": "g"}},
+                }
+            ).encode(),
+            400,
+            "tool_choice",
+        ),
+        (
+            json.dumps(
+                {
+                    **GOOD,
+                    "tools": [_tool("f")],
+                    "tool_choice": "required",
+                    "response_format": {"type": "json_object"},
+                }
+            ).encode(),
+            400,
+            "tool_choice",
+        ),
+        (
+            json.dumps({**GOOD, "messages": [{"role": "tool", "content": "42"}]}).encode(),
+            400,
+            "messages[0].tool_call_id",
+        ),
+        (
+            json.dumps({**GOOD, "messages": [_called("user", "{}")]}).encode(),
+            400,
+            "messages[0].tool_calls",
+        ),
+        (
+            json.dumps({**GOOD, "messages": [_called("assistant", "{not json")]}).encode(),
+            400,
+            "messages[0].tool_calls",
+        ),
         (b'{"model": "demo", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
         (
             json.dumps(
@@ -134,6 +259,49 @@ async def test_bad_chat_requests(
         ({"model": "demo", "prompt": ["a"] * 17, "n": 16}, "n"),
         ({"model": "demo", "prompt": "x", "logprobs": 9}, "logprobs"),
         ({"model": "demo", "prompt": "x", "suffix": "y"}, "suffix"),
+        ({"model": "demo", "prompt": "x", "logit_bias": {"1": -101}}, "logit_bias"),
+        ({"model": "demo", "prompt": "x", "response_format": {"type": "yaml"}}, "response_format"),
+        (
+            {"model": "demo", "prompt": "x", "structured_outputs": {"xml": "a"}},
+            "structured_outputs",
+        ),
+        (
+            {"model": "demo", "prompt": "x", "structured_outputs": {"regex": "a", "choice": ["a"]}},
+            "structured_outputs",
+        ),
+        (
+            {"model": "demo", "prompt": "x", "structured_outputs": {"choice": "a"}},
+            "structured_outputs",
+        ),
+        (
+            {"model": "demo", "prompt": "x", "structured_outputs": {"regex": "(a"}},
+            "structured_outputs",
+        ),
+        (
+            {"model": "demo", "prompt": "x", "structured_outputs": {"json": "{x"}},
+            "structured_outputs",
+        ),
+        (
+            {"model": "demo", "prompt": "x", "structured_outputs": {"grammar": "start: nope"}},
+            "structured_outputs",
+        ),
+        (
+            {
+                "model": "demo",
+                "prompt": "x",
+                "structured_outputs": {"regex": "a+"},
+                "response_format": {"type": "json_object"},
+            },
+            "structured_outputs",
+        ),
+        (
+            {
+                "model": "demo",
+                "prompt": ["x", "y"],
+                "response_format": {"type": "json_schema", "json_schema": {"schema": []}},
+            },
+            "response_format",
+        ),
     ],
 )
 async def test_bad_completion_requests(

@@ -59,6 +59,7 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         "hydrant.digests.dispatch",
         "hydrant.budgets.check",
         "hydrant.ledger.rollup",
+        "hydrant.responses.purge",
     }  # the gateway replays its own spool; the scheduler does not
     outbox = settings.effective_outbox_dir
 

@@ -80,4 +80,5 @@ def test_celery_needs_redis_and_is_built_from_settings(tmp_path) -> None:  # typ
         "hydrant.ledger.rollup",
         "hydrant.ledger.replay_spool",
         "hydrant.pools.reap",
+        "hydrant.responses.purge",
     }

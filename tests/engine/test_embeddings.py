@@ -1,0 +1,197 @@
+"""Embeddings (`SamplingParams.embed`): the final hidden state of the prompt's last token,
+L2-normalized, equal to transformers' own `last_hidden_state` whether the prompt runs in
+one step or in chunks, beside generating requests, after a prefix-cache hit, or as a
+one-token prompt (which the runner lays out like a decode); nothing is generated, and a
+Matryoshka model's cut is checked against what its config allows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_models import (
+    EngineTracker,
+    build_tiny_model,
+    hf_config,
+    load_hf_model,
+    random_prompts,
+    run_batch,
+    tokenizer_files,
+)
+
+from hydrant.engine.errors import InvalidRequestError
+from hydrant.engine.outputs import RequestOutput
+from hydrant.engine.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+EMBED = SamplingParams(max_tokens=0, embed=True)
+
+
+@pytest.fixture(scope="module", params=["gqa", "qwen2", "qwen3"])
+def model_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("embed"), request.param, seed=21)
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir: Path) -> torch.nn.Module:
+    return load_hf_model(model_dir)
+
+
+def _expected(model: torch.nn.Module, prompt: list[int], dims: int | None = None) -> torch.Tensor:
+    """transformers: the base model's last hidden state (after the final norm), last token."""
+    with torch.inference_mode():
+        hidden = model.model(torch.tensor([prompt])).last_hidden_state[0, -1].float()
+    return torch.nn.functional.normalize(hidden[:dims], dim=0)
+
+
+def _embedding(outputs: list[RequestOutput]) -> torch.Tensor:
+    """The one output of an embedding request: finished, nothing generated, the vector."""
+    (only,) = outputs
+    assert only.finished and only.embedding is not None
+    assert only.metrics.completion_tokens == 0
+    assert only.outputs[0].token_ids == [] and only.outputs[0].finish_reason == "stop"
+    return torch.tensor(only.embedding)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.shape == want.shape
+    assert float(got.norm()) == pytest.approx(1.0, abs=1e-5)
+    assert float((got - want).norm()) < 1e-4
+
+
+def test_embeddings_match_transformers_beside_generation(
+    model_dir: Path, reference: torch.nn.Module, engines: EngineTracker
+) -> None:
+    engine = engines.make(model_dir)
+    prompts = [*random_prompts(4, 1, 60, seed=3), [7]]  # a one-token prompt too
+    generate = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    params = [EMBED, generate, EMBED, EMBED, EMBED]
+    outputs = run_batch(engine, prompts, params)
+    for i in (0, 2, 3, 4):
+        _close(_embedding(outputs[i]), _expected(reference, prompts[i]))
+    generated = outputs[1][-1]
+    assert generated.embedding is None and len(generated.outputs[0].token_ids) == 4
+
+
+def test_a_chunked_prompt_is_pooled_at_its_last_chunk(
+    model_dir: Path, reference: torch.nn.Module, engines: EngineTracker
+) -> None:
+    """13 tokens a step: only the step that computes the last token yields the vector."""
+    engine = engines.make(
+        model_dir, max_num_batched_tokens=13, short_lane_tokens=13, long_lane_tokens=13
+    )
+    prompt = random_prompts(1, 70, 71, seed=4)[0]
+    outputs = run_batch(engine, [prompt], [EMBED])
+    _close(_embedding(outputs[0]), _expected(reference, prompt))
+
+
+def test_a_cached_prefix_gives_the_same_embedding(
+    model_dir: Path, reference: torch.nn.Module, engines: EngineTracker
+) -> None:
+    engine = engines.make(model_dir)
+    prompt = random_prompts(1, 50, 51, seed=6)[0]
+    first = _embedding(run_batch(engine, [prompt], [EMBED])[0])
+    again = run_batch(engine, [prompt], [EMBED])[0]
+    assert again[-1].metrics.cached_tokens > 0  # the first one's full blocks were reused
+    _close(_embedding(again), first)
+    _close(first, _expected(reference, prompt))
+
+
+def test_a_prompt_may_fill_the_context(model_dir: Path, engines: EngineTracker) -> None:
+    """Nothing is generated, so no token has to be left over; one more is refused."""
+    engine = engines.make(model_dir, max_model_len=64)
+    full = random_prompts(1, 64, 65, seed=7)[0]
+    assert len(_embedding(run_batch(engine, [full], [EMBED])[0])) > 0
+    with pytest.raises(InvalidRequestError, match="maximum context length") as refused:
+        engine.add_request("too-long", [*full, 5], EMBED)
+    assert refused.value.param == "input"
+
+
+def _with_config(model_dir: Path, out: Path, **keys: object) -> Path:
+    """A copy of the model whose config.json gains `keys` (the weights are linked)."""
+    out.mkdir()
+    for item in model_dir.iterdir():
+        (out / item.name).symlink_to(item)
+    (out / "config.json").unlink()
+    config = json.loads((model_dir / "config.json").read_text()) | keys
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_dimensions_cut_only_a_matryoshka_model(
+    model_dir: Path, reference: torch.nn.Module, engines: EngineTracker, tmp_path: Path
+) -> None:
+    hidden = reference.config.hidden_size
+    plain = engines.make(model_dir)
+    whole = SamplingParams(max_tokens=0, embed=True, embed_dimensions=hidden)
+    assert len(_embedding(run_batch(plain, [[4, 5, 6]], [whole])[0])) == hidden
+    for dims, message in [(16, "not trained to be cut"), (hidden + 1, "exceeds")]:
+        cut = SamplingParams(max_tokens=0, embed=True, embed_dimensions=dims)
+        with pytest.raises(InvalidRequestError, match=message) as refused:
+            plain.add_request(f"cut-{dims}", [4, 5, 6], cut)
+        assert refused.value.param == "dimensions"
+    listed = engines.make(_with_config(model_dir, tmp_path / "m", matryoshka_dimensions=[16, 32]))
+    prompt = random_prompts(1, 10, 30, seed=8)[0]
+    cut = SamplingParams(max_tokens=0, embed=True, embed_dimensions=16)
+    _close(_embedding(run_batch(listed, [prompt], [cut])[0]), _expected(reference, prompt, 16))
+    unlisted = SamplingParams(max_tokens=0, embed=True, embed_dimensions=24)
+    with pytest.raises(InvalidRequestError, match="one of 16, 32"):
+        listed.add_request("cut-24", prompt, unlisted)
+    free = engines.make(_with_config(model_dir, tmp_path / "f", is_matryoshka=True))
+    _close(_embedding(run_batch(free, [prompt], [unlisted])[0]), _expected(reference, prompt, 24))
+
+
+@pytest.mark.parametrize(
+    ("settings", "param"),
+    [
+        ({"max_tokens": 1}, "max_tokens"),
+        ({"n": 2}, "n"),
+        ({"logprobs": 1}, "logprobs"),
+        ({"prompt_logprobs": 1}, "prompt_logprobs"),
+        ({"structured_output": ("regex", "a+")}, "structured_outputs"),
+        ({"embed_dimensions": 0}, "dimensions"),
+        ({"embed": "yes"}, "embed"),
+    ],
+)
+def test_what_an_embedding_cannot_be_combined_with(settings: dict, param: str) -> None:
+    params = SamplingParams(**{"max_tokens": 0, "embed": True, **settings})
+    with pytest.raises(InvalidRequestError) as refused:
+        params.validate(vocab_size=100)
+    assert refused.value.param == param
+
+
+def test_dimensions_without_embed_are_refused() -> None:
+    with pytest.raises(InvalidRequestError) as refused:
+        SamplingParams(embed_dimensions=8).validate()
+    assert refused.value.param == "dimensions"
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_a_bare_decoder_checkpoint_serves_embeddings_only(
+    family: str, engines: EngineTracker, tmp_path: Path
+) -> None:
+    """An embedding model as e5-mistral ships it: `LlamaModel`-style architecture, tensor
+    names without `model.`, no LM head. Its vectors match transformers' own `AutoModel`;
+    a generation request is refused, naming the model."""
+    from transformers import AutoModel
+
+    torch.manual_seed(5)
+    bare = AutoModel.from_config(hf_config(family)).eval()  # type: ignore[arg-type]
+    bare.save_pretrained(tmp_path)
+    for name, text in tokenizer_files().items():
+        (tmp_path / name).write_text(text, "utf-8")
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"][0].endswith("Model")
+    engine = engines.make(tmp_path)
+    assert engine.model_config.embedding_only
+    prompts = random_prompts(3, 5, 40, seed=12)
+    outputs = run_batch(engine, prompts, [EMBED] * 3)
+    for i, prompt in enumerate(prompts):
+        with torch.inference_mode():
+            hidden = bare(torch.tensor([prompt])).last_hidden_state[0, -1].float()
+        _close(_embedding(outputs[i]), torch.nn.functional.normalize(hidden, dim=0))
+    with pytest.raises(InvalidRequestError, match="embeddings only") as refused:
+        engine.add_request("generate", prompts[0], SamplingParams(max_tokens=2))
+    assert refused.value.param == "model"
