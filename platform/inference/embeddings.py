@@ -24,6 +24,7 @@ from hydrant.platform.inference.params import (
     PreparedRequest,
     check_sampling,
     prompt_token_lists,
+    truncation,
 )
 from hydrant.platform.inference.service import Generation
 from hydrant.platform.models.registry import ServedModel
@@ -39,6 +40,7 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     dimensions: int | None = None
     user: str | None = None
     add_special_tokens: bool = True  # vLLM's
+    truncate_prompt_tokens: int | None = None  # vLLM's: keep each input's last k tokens
     priority: int = 0  # Hydrant's (as on the other endpoints)
 
 
@@ -77,6 +79,7 @@ def prepare_embedding(
         field="input",
         limit=MAX_INPUTS,
         add_special_tokens=request.add_special_tokens,
+        keep=truncation(request.truncate_prompt_tokens, model),
     )
     sampling = check_sampling(
         Sampling(max_tokens=0, embed=True, embed_dimensions=request.dimensions), model

@@ -188,6 +188,32 @@ def _prompt_list(prompt: str | list[str | int | list[int]], field: str) -> list[
     )
 
 
+def truncation(value: int | None, model: ServedModel) -> int | None:
+    """vLLM's `truncate_prompt_tokens` as the number of tokens each prompt keeps (None: all).
+
+    A prompt keeps its *last* tokens, as vLLM's left truncation does: a completion goes
+    on from the end of its text and an embedding is its last token's state, so the end
+    is what must survive. -1 means the model's whole context; more than that is a 400
+    rather than a silent cap, since the client asked for something this model cannot do.
+    """
+    if value is None:
+        return None
+    if value == -1:
+        return model.max_model_len
+    if value < 1:
+        raise InvalidRequest(
+            "truncate_prompt_tokens must be at least 1, or -1 for the model's context",
+            param="truncate_prompt_tokens",
+        )
+    if value > model.max_model_len:
+        raise InvalidRequest(
+            f"truncate_prompt_tokens {value} is greater than this model's context of "
+            f"{model.max_model_len} tokens",
+            param="truncate_prompt_tokens",
+        )
+    return value
+
+
 def prompt_token_lists(
     prompt: str | list[str | int | list[int]],
     model: ServedModel,
@@ -195,9 +221,11 @@ def prompt_token_lists(
     field: str = "prompt",
     limit: int = MAX_PROMPTS,
     add_special_tokens: bool = True,
+    keep: int | None = None,
 ) -> list[list[int]]:
     """The token ids of each prompt of a completion (or input of an embedding request):
-    one, or a batch of up to `limit`."""
+    one, or a batch of up to `limit`, each cut to its last `keep` tokens (see
+    `truncation`)."""
     prompts = _prompt_list(prompt, field)
     if len(prompts) > limit:
         raise InvalidRequest(
@@ -215,7 +243,7 @@ def prompt_token_lists(
         if not ids:
             raise InvalidRequest(f"{where} must not be empty", param=field)
         check_token_ids(ids, vocab, where, field)
-        result.append(ids)
+        result.append(ids if keep is None else ids[-keep:])
     return result
 
 
@@ -406,8 +434,11 @@ def _max_tokens(value: int | None, default: int, prompt_len: int, model: ServedM
 def prepare_chat(
     request: ChatCompletionRequest, model: ServedModel, default_max_tokens: int
 ) -> PreparedRequest:
+    keep = truncation(request.truncate_prompt_tokens, model)
     prompt = chat_prompt(request, model)
     tools, ids = prompt.tools, prompt.token_ids
+    if keep is not None:  # as vLLM: the rendered conversation's last tokens
+        ids = ids[-keep:]
     asked = request.max_completion_tokens if request.max_completion_tokens is not None else None
     asked = request.max_tokens if asked is None else asked
     max_tokens = _max_tokens(asked, default_max_tokens, len(ids), model)
@@ -458,7 +489,9 @@ def prepare_completion(
         raise InvalidRequest("best_of other than n is not supported", param="best_of")
     if request.logprobs is not None and request.logprobs > 5:
         raise InvalidRequest("logprobs must be between 0 and 5", param="logprobs")
-    batch = prompt_token_lists(request.prompt, model)
+    batch = prompt_token_lists(
+        request.prompt, model, keep=truncation(request.truncate_prompt_tokens, model)
+    )
     if len(batch) * request.n > MAX_CHOICES:
         raise InvalidRequest(
             f"{len(batch)} prompts with n={request.n} make {len(batch) * request.n} choices; "

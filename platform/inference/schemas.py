@@ -67,6 +67,7 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None  # OpenAI's (on completions: vLLM's extension)
     structured_outputs: dict[str, Any] | None = None  # vLLM's: json, regex, choice, grammar
+    truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last k tokens
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):

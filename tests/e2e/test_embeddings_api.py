@@ -111,6 +111,31 @@ def test_an_input_may_fill_the_context(server: RunningServer, client: openai.Ope
     with pytest.raises(openai.UnprocessableEntityError) as refused:
         client.embeddings.create(model="demo", input=[5] * (length + 1))
     assert refused.value.code == "context_length_exceeded"
+    # vLLM's truncate_prompt_tokens: -1 keeps the context's worth of each input's end.
+    cut = client.embeddings.create(
+        model="demo",
+        input=[[5] * (length + 7), [6, 7]],
+        encoding_format="float",
+        extra_body={"truncate_prompt_tokens": -1},
+    )
+    assert cut.usage.prompt_tokens == length + 2
+    _same(cut, client.embeddings.create(model="demo", input=[[5] * length, [6, 7]]))
+
+
+def test_truncation_keeps_each_inputs_end(
+    client: openai.OpenAI, tokenizer: Tokenizer, reference: Any
+) -> None:
+    """The last token is the one pooled, so the end is what a cut must keep."""
+    cut = client.embeddings.create(
+        model="demo",
+        input=TEXTS[:2],
+        encoding_format="float",
+        extra_body={"truncate_prompt_tokens": 3},
+    )
+    ids = [tokenizer.encode(text)[-3:] for text in TEXTS[:2]]
+    assert cut.usage.prompt_tokens == 6
+    for item, tail in zip(cut.data, ids, strict=True):
+        assert _distance(item.embedding, _expected(reference, tail)) < 1e-4
 
 
 @pytest.mark.parametrize(
@@ -126,6 +151,8 @@ def test_an_input_may_fill_the_context(server: RunningServer, client: openai.Ope
         ({"input": "a", "dimensions": 16}, "dimensions"),  # not a Matryoshka model
         ({"input": ["a"] * 2049}, "input"),
         ({"input": 5}, "input"),
+        ({"input": "a", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+        ({"input": "a", "truncate_prompt_tokens": 10**7}, "truncate_prompt_tokens"),
     ],
 )
 def test_bad_input_is_a_clear_400(

@@ -225,6 +225,12 @@ GOOD = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_t
             "messages",
         ),
         (b"x" * (65 * 1024), 413, None),
+        (json.dumps({**GOOD, "truncate_prompt_tokens": 0}).encode(), 400, "truncate_prompt_tokens"),
+        (
+            json.dumps({**GOOD, "truncate_prompt_tokens": 10**6}).encode(),
+            400,
+            "truncate_prompt_tokens",
+        ),
     ],
 )
 async def test_bad_chat_requests(
@@ -302,6 +308,11 @@ async def test_bad_chat_requests(
             },
             "response_format",
         ),
+        ({"model": "demo", "prompt": "x", "truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
+        (
+            {"model": "demo", "prompt": "x", "truncate_prompt_tokens": 10**6},
+            "truncate_prompt_tokens",
+        ),
     ],
 )
 async def test_bad_completion_requests(
@@ -369,3 +380,41 @@ async def test_a_completion_prompt_too_long_names_the_prompt(
         assert response.status_code == 422, response.text
         error = response.json()["error"]
         assert (error["param"], error["code"]) == ("prompt", "context_length_exceeded")
+
+
+async def test_truncate_prompt_tokens_keeps_the_prompts_end(
+    api: tuple[AsyncTestClient[Litestar], str], demo_model_dir: Path
+) -> None:
+    """vLLM's remedy for the error above: the prompt keeps its last k tokens, so a
+    truncated prompt answers exactly as its tail sent alone (greedy), and only the kept
+    tokens are counted."""
+    from hydrant.engine.tokenizer import Tokenizer
+
+    client, key = api
+    headers = {"Authorization": f"Bearer {key}"}
+    text = " ".join(f"river {i}" for i in range(1500))  # no two stretches alike
+    ids = Tokenizer.from_pretrained(demo_model_dir).encode(text)
+    keep = 40
+    base = {"model": "demo", "max_tokens": 6, "temperature": 0, "echo": True}
+    cut = await client.post(
+        "/v1/completions",
+        json={**base, "prompt": text, "truncate_prompt_tokens": keep},
+        headers=headers,
+    )
+    tail = await client.post(
+        "/v1/completions", json={**base, "prompt": ids[-keep:]}, headers=headers
+    )
+    assert cut.status_code == tail.status_code == 200, (cut.text, tail.text)
+    assert cut.json()["usage"]["prompt_tokens"] == keep
+    assert cut.json()["choices"][0]["text"] == tail.json()["choices"][0]["text"]
+    # -1 is the whole context: a prompt that fills it leaves no room to generate.
+    full = await client.post(
+        "/v1/completions",
+        json={**base, "prompt": ids, "truncate_prompt_tokens": -1},
+        headers=headers,
+    )
+    assert full.status_code == 422 and full.json()["error"]["code"] == "context_length_exceeded"
+    # A chat keeps its rendered conversation's last tokens too.
+    chat = await client.post(CHAT, json={**GOOD, "truncate_prompt_tokens": 3}, headers=headers)
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["usage"]["prompt_tokens"] == 3
