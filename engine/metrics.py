@@ -145,12 +145,15 @@ class EngineMetrics:
         """Latencies of a finished request; a time that never happened (abort) is skipped.
 
         The inter-token latency is observed once per request, as the mean gap
-        between its output tokens, since per-token times are not kept.
+        between its output tokens, since per-token times are not kept. A request that
+        generated nothing (an embedding, a prompt scored with `max_tokens: 0`) has no
+        first token: its time is in the end-to-end latency only, so a large embedding
+        batch cannot set off a TTFT alert meant for chat users.
         """
         arrival = output.arrival_time
         if output.first_scheduled_time is not None:
             self._queue_time.observe(max(output.first_scheduled_time - arrival, 0.0))
-        if output.first_token_time is not None:
+        if output.first_token_time is not None and output.completion_tokens > 0:
             self._ttft.observe(max(output.first_token_time - arrival, 0.0))
         if output.finish_time is not None:
             self._e2e.observe(max(output.finish_time - arrival, 0.0))

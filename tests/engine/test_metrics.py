@@ -89,3 +89,12 @@ def test_aborted_request_skips_times_that_never_happened() -> None:
     metrics.observe_step(0, 0, kv_usage=1.7, num_batched_tokens=0)
     assert _value(registry, "hydrant_kv_cache_usage_perc") == 1.0
     assert _value(registry, "hydrant_batch_tokens_per_step_count") == 0
+
+
+def test_a_request_that_generated_nothing_has_no_first_token() -> None:
+    """An embedding (or a scored prompt) is timed end to end, not as a first token."""
+    registry = CollectorRegistry()
+    metrics = EngineMetrics(registry, model="demo")
+    metrics.observe_finished(Finished(first_token_time=105.0, completion_tokens=0))
+    assert _value(registry, "hydrant_time_to_first_token_seconds_count") == 0
+    assert _value(registry, "hydrant_e2e_request_latency_seconds_count") == 1
