@@ -68,6 +68,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
                 max_model_len=engine.max_model_len,
                 max_num_seqs=config.max_num_seqs,
                 block_size=config.block_size,
+                tool_call_parser=settings.tool_call_parser(spec.name),
             )
         )
         log.info(

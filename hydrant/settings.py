@@ -25,6 +25,9 @@ PoolScalerKind = Literal["local", "kubernetes", "none"]
 ScaleDownMode = Literal["sleep", "exit"]
 DigestNoUsage = Literal["send", "skip"]
 LedgerCommitMode = Literal["database", "journal"]  # hydrant.platform.ledger.service
+# How `tool_choice: auto` reads calls from a model's text (hydrant.platform.inference.tools);
+# "none" turns `auto` off for the model.
+TOOL_CALL_PARSERS = ("hermes", "mistral", "llama3_json", "none")
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Settings:
     cors_origins: str = ""
     metrics_token: str | None = None  # set: GET /metrics needs `Authorization: Bearer <it>`
     default_max_tokens: int = 256
+    tool_call_parsers: str = ""  # NAME=PARSER,…: overrides the format read from the template
     responses_store_days: int = 30  # Responses API answers kept this long; 0: none
     price_input_per_mtok: Decimal = Decimal("0.10")
     price_cached_input_per_mtok: Decimal = Decimal("0.05")
@@ -138,6 +142,15 @@ class Settings:
     def effective_outbox_dir(self) -> Path:
         return self.outbox_dir or self.data_dir / "outbox"
 
+    def tool_call_parser(self, model: str) -> str | None:
+        """The tool-call format set for a served model (None: the one its chat template
+        teaches, found by `template_parser`), like vLLM's `--tool-call-parser`.
+
+        A template may teach a format Hydrant mistakes for another, or one a fine-tune
+        no longer follows; this is the operator's way to say which, or to turn `auto` off.
+        """
+        return _tool_call_parsers(self.tool_call_parsers).get(model)
+
     @property
     def demo_model_dir(self) -> Path:
         return self.data_dir / "models" / "demo"
@@ -152,6 +165,21 @@ class Settings:
         if self.models:
             return self.models
         return (ModelSpec(name="demo", path=self.demo_model_dir),)
+
+
+def _tool_call_parsers(text: str) -> dict[str, str]:
+    parsers: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, sep, parser = (part.strip() for part in item.partition("="))
+        if not sep or not name or parser not in TOOL_CALL_PARSERS:
+            raise ConfigurationError(
+                f"tool call parser {item.strip()!r} must look like MODEL=PARSER with PARSER "
+                f"one of {', '.join(TOOL_CALL_PARSERS)} ({ENV_PREFIX}TOOL_CALL_PARSERS)"
+            )
+        parsers[name] = parser
+    return parsers
 
 
 _FIELD_TYPES: dict[str, Any] = get_type_hints(Settings)
@@ -233,4 +261,11 @@ def load_settings(
     settings = replace(Settings(), **values)
     if not 0 < settings.port < 65536:
         raise ConfigurationError(f"port {settings.port} is out of range 1-65535")
+    served = {spec.name for spec in settings.served_models()}
+    unknown = sorted(set(_tool_call_parsers(settings.tool_call_parsers)) - served)
+    if unknown:
+        raise ConfigurationError(
+            f"a tool call parser is set for {', '.join(unknown)}, which is not served "
+            f"(served: {', '.join(sorted(served))}; {ENV_PREFIX}TOOL_CALL_PARSERS)"
+        )
     return settings

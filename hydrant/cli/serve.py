@@ -41,6 +41,15 @@ def prepare_embedded(settings: Settings) -> None:
     type=click.Choice(["int8", "int4"]),
     help="Quantize float weights on load (HYDRANT_QUANTIZATION).",
 )
+@click.option(
+    "--tool-call-parser",
+    "tool_call_parsers",
+    multiple=True,
+    metavar="NAME=PARSER",
+    help="How tool_choice auto reads model NAME's calls: hermes, mistral, llama3_json, or "
+    "none to turn it off; default: the format its chat template teaches (repeatable; "
+    "HYDRANT_TOOL_CALL_PARSERS).",
+)
 @kv_cache_dtype_option
 @enforce_eager_option
 @pass_context
@@ -50,6 +59,7 @@ def serve(
     port: int | None,
     model_specs: tuple[str, ...],
     quantization: str | None,
+    tool_call_parsers: tuple[str, ...],
     kv_cache_dtype: str | None,
     enforce_eager: bool | None,
 ) -> None:
@@ -72,6 +82,7 @@ def serve(
         quantization=quantization,
         kv_cache_dtype=kv_cache_dtype,
         enforce_eager=enforce_eager,
+        tool_call_parsers=",".join(tool_call_parsers) or None,
     )
     check_auth_settings(settings)  # a bad key or TTL: refused before any model loads
     settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -245,6 +245,7 @@ def build_pools(
                 state="pool",
                 max_num_seqs=settings.max_num_seqs,  # what the workers are started with
                 block_size=BLOCK_SIZE,
+                tool_call_parser=settings.tool_call_parser(spec.name),
             )
         )
     return registry, manager

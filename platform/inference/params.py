@@ -145,7 +145,7 @@ class ChatPrompt:
 def chat_prompt(request: ChatCompletionRequest, model: ServedModel) -> ChatPrompt:
     """The conversation and its tools, rendered with the model's template and encoded:
     what a chat request is metered with (and what `/tokenize` counts)."""
-    tools = chat_tools(request, model.tokenizer.chat_template)
+    tools = chat_tools(request, model.tokenizer.chat_template, model.tool_call_parser)
     if not request.messages:
         raise InvalidRequest("messages must contain at least one message", param="messages")
     conversation = []

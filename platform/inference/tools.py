@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from hydrant.engine.output_constraints import canonical_schema, spec_error
 from hydrant.platform.errors import InvalidRequest
@@ -167,15 +167,37 @@ def _required_schema(definitions: list[dict[str, Any]], parallel: bool) -> dict[
     return schema
 
 
-def chat_tools(request: ChatCompletionRequest, template: str | None) -> ChatTools:
-    """The request's tools, checked: what the template shows and what the output becomes."""
+def _auto_parser(template: str | None, configured: str | None) -> ParserName | None:
+    """The operator's choice for the model (`none`: auto is off), else the template's."""
+    if configured is None:
+        return template_parser(template)
+    if configured == "none":
+        return None
+    if configured not in get_args(ParserName):
+        raise ValueError(f"unknown tool call parser {configured!r}")  # settings checked it
+    return configured  # type: ignore[return-value]  # one of ParserName, checked above
+
+
+def chat_tools(
+    request: ChatCompletionRequest, template: str | None, configured_parser: str | None = None
+) -> ChatTools:
+    """The request's tools, checked: what the template shows and what the output becomes.
+
+    `configured_parser` is the operator's setting for the model (HYDRANT_TOOL_CALL_PARSERS).
+    """
     definitions = _definitions(request.tools)
     names = [d["function"]["name"] for d in definitions or []]
     choice = _choice(request.tool_choice, names)
     if choice == "none" or definitions is None:
         return ChatTools(definitions, None, None)
     if choice == "auto":
-        parser = template_parser(template)
+        parser = _auto_parser(template, configured_parser)
+        if parser is None and configured_parser == "none":
+            raise InvalidRequest(
+                "tool_choice auto is turned off for this model by the operator; use "
+                "tool_choice required or a named function",
+                param="tool_choice",
+            )
         if parser is None:
             raise InvalidRequest(
                 "tool_choice auto needs a model whose chat template has a tool-call format "

@@ -26,6 +26,7 @@ class ServedModel:
     # Engine limits, for `GET /admin/engines` and `hydrant preflight` (None: not known here).
     max_num_seqs: int | None = None
     block_size: int | None = None
+    tool_call_parser: str | None = None  # set by the operator (None: read from the template)
 
 
 class ModelRegistry:

@@ -155,3 +155,13 @@ def test_serve_with_a_directory_that_is_no_checkpoint_says_so_in_one_line(tmp_pa
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("Error: ") and "config.json" in last and str(tmp_path) in last
     assert "Traceback" not in result.output
+
+
+def test_serve_refuses_a_tool_call_parser_for_a_model_it_does_not_serve(tmp_path: Path) -> None:
+    env = {"HYDRANT_DATA_DIR": str(tmp_path), "HYDRANT_LOG_FORMAT": "text"}
+    result = CliRunner().invoke(cli, ["serve", "--tool-call-parser", "qwen=hermes"], env=env)
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and "qwen, which is not served" in last
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "models").exists()  # refused before the demo model was written

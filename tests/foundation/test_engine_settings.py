@@ -1,4 +1,5 @@
-"""Engine limits set for the gateway reach the in-process engine it builds."""
+"""Engine limits set for the gateway reach the in-process engine it builds (and the
+per-model settings its served model carries)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ def test_long_lane_budget_and_max_num_seqs_reach_the_embedded_engine(
     demo_model_dir: Path, tmp_path: Path
 ) -> None:
     settings = load_settings(
-        {"HYDRANT_LONG_LANE_TOKENS": "128", "HYDRANT_MAX_NUM_SEQS": "7"},
+        {
+            "HYDRANT_LONG_LANE_TOKENS": "128",
+            "HYDRANT_MAX_NUM_SEQS": "7",
+            "HYDRANT_TOOL_CALL_PARSERS": "demo=hermes",
+        },
         data_dir=tmp_path,
         models=(ModelSpec(name="demo", path=demo_model_dir),),
         kv_cache_bytes=8 * 1024 * 1024,
@@ -24,5 +29,6 @@ def test_long_lane_budget_and_max_num_seqs_reach_the_embedded_engine(
         assert config.long_lane_tokens == 128
         assert config.max_num_seqs == 7
         assert loaded.registry.get("demo").max_num_seqs == 7
+        assert loaded.registry.get("demo").tool_call_parser == "hermes"
     finally:
         asyncio.run(loaded.shutdown())

@@ -56,6 +56,9 @@ def test_toml_file_then_environment_then_overrides(tmp_path: Path) -> None:
         ({"HYDRANT_AUTO_MIGRATE": "maybe"}, "true or false"),
         ({"HYDRANT_REDIS_FAILURE_MODE": "sideways"}, "closed, open"),
         ({"HYDRANT_MODELS": "no-equals-sign"}, "NAME=PATH"),
+        ({"HYDRANT_TOOL_CALL_PARSERS": "demo=xml"}, "MODEL=PARSER"),
+        ({"HYDRANT_TOOL_CALL_PARSERS": "hermes"}, "MODEL=PARSER"),
+        ({"HYDRANT_TOOL_CALL_PARSERS": "qwen=hermes"}, "qwen, which is not served"),
     ],
 )
 def test_bad_values_are_clear_errors(env: dict[str, str], message: str) -> None:
@@ -74,3 +77,15 @@ def test_nothing_is_read_at_import_time(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("HYDRANT_PORT", "1234")
     assert Settings().port == 8000
     assert load_settings().port == 1234
+
+
+def test_tool_call_parsers_are_per_served_model() -> None:
+    settings = load_settings(
+        {
+            "HYDRANT_MODELS": "llama=/m/llama,qwen=/m/qwen,other=/m/other",
+            "HYDRANT_TOOL_CALL_PARSERS": " qwen=hermes, llama = none,",
+        }
+    )
+    assert settings.tool_call_parser("qwen") == "hermes"
+    assert settings.tool_call_parser("llama") == "none"
+    assert settings.tool_call_parser("other") is None  # the template decides

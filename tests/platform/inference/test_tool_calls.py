@@ -246,6 +246,20 @@ def test_auto_needs_a_format_and_none_leaves_text() -> None:
     assert chat_tools(_request(), None).plan is None
 
 
+def test_the_operators_parser_overrides_the_template() -> None:
+    """HYDRANT_TOOL_CALL_PARSERS: a format for a template Hydrant misreads or cannot read,
+    or `none` to turn auto off; the other choices do not depend on it."""
+    hermes = chat_tools(_request(tools=[WEATHER]), LLAMA3_CHAT_TEMPLATE, "hermes")
+    assert hermes.plan == ToolPlan("auto", parser="hermes")
+    unread = chat_tools(_request(tools=[WEATHER]), "{{ messages }}", "mistral")
+    assert unread.plan == ToolPlan("auto", parser="mistral")
+    with pytest.raises(InvalidRequest, match="turned off") as refused:
+        chat_tools(_request(tools=[WEATHER]), LLAMA3_CHAT_TEMPLATE, "none")
+    assert refused.value.param == "tool_choice"
+    required = chat_tools(_request(tools=[WEATHER], tool_choice="required"), None, "none")
+    assert required.plan == ToolPlan("required")
+
+
 @pytest.mark.parametrize(
     ("plan", "text"),
     [
