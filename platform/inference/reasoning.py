@@ -18,6 +18,7 @@ one thing the engine can wait for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,6 +55,32 @@ def constraint_after_thinking(tokenizer: Tokenizer, prompt_text: str) -> int | N
     if token is None or tokenizer.encode(THINK_CLOSE, add_special_tokens=False) != [token]:
         return None
     return token
+
+
+def reasoning_tokens(tokenizer: Tokenizer, output_ids: Sequence[int], inside: bool) -> int:
+    """How many of a choice's output tokens are its thinking, tags included: usage's
+    `reasoning_tokens`, as OpenAI reports them (they are billed as output all the same).
+
+    Read from the tokens, not from the split text, so it is exact whatever the tokens
+    are (a `</think>` of one token or of several, several tokens to one delta): the
+    thinking is the shortest prefix of the output whose text closes it, found by
+    bisection, since a longer prefix's text holds a shorter one's. `inside`: the prompt
+    opened the thinking (`reasoning_start`); else the output must open it itself, as
+    `ReasoningReader` reads it. Cut short while thinking, every token was thinking.
+    """
+    text = tokenizer.decode(output_ids)
+    if not inside and not text.lstrip().startswith(THINK_OPEN):
+        return 0
+    if THINK_CLOSE not in text:
+        return len(output_ids)
+    low, high = 1, len(output_ids)
+    while low < high:
+        middle = (low + high) // 2
+        if THINK_CLOSE in tokenizer.decode(output_ids[:middle]):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -19,18 +19,32 @@ from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.inference import schemas as s
 from hydrant.platform.inference.answer import AnswerReader, read_whole
 from hydrant.platform.inference.params import PreparedRequest
+from hydrant.platform.inference.reasoning import reasoning_tokens
 from hydrant.platform.inference.service import Generation
 
 _encoder = msgspec.json.Encoder()
 
 
-def usage_body(usage: RequestUsage) -> s.Usage:
+def usage_body(usage: RequestUsage, reasoning: int | None = None) -> s.Usage:
+    """`reasoning`: the thinking tokens of a model that thinks (None: it does not)."""
     return s.Usage(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.prompt_tokens + usage.completion_tokens,
         prompt_tokens_details=s.PromptTokensDetails(cached_tokens=usage.cached_tokens),
+        completion_tokens_details=(
+            None if reasoning is None else s.CompletionTokensDetails(reasoning_tokens=reasoning)
+        ),
     )
+
+
+def thinking_tokens(
+    tokenizer: Tokenizer, prepared: PreparedRequest, outputs: Iterable[Sequence[int]]
+) -> int | None:
+    """The thinking tokens of all of a request's choices (None: the model does not think)."""
+    if prepared.thinking is None:
+        return None
+    return sum(reasoning_tokens(tokenizer, ids, prepared.thinking) for ids in outputs)
 
 
 def token_piece(tokenizer: Tokenizer, token_id: int) -> tuple[str, list[int]]:
@@ -58,6 +72,7 @@ def chat_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> s.ChatLo
 @dataclass
 class _Choice:
     text: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
 
@@ -74,6 +89,7 @@ class Accumulator:
     def add(self, prompt: int, delta: ChoiceDelta) -> None:
         choice = self.choices[prompt * self.n + delta.index]
         choice.text.append(delta.text)
+        choice.token_ids.extend(delta.token_ids)
         if delta.logprobs:
             choice.logprobs.extend(delta.logprobs)
         if delta.finish_reason:
@@ -136,7 +152,10 @@ async def chat_completion(generation: Generation, tokenizer: Tokenizer) -> s.Cha
         created=int(time.time()),
         model=generation.ctx.model,
         choices=choices,
-        usage=usage_body(generation.usage()),
+        usage=usage_body(
+            generation.usage(),
+            thinking_tokens(tokenizer, generation.ctx.prepared, (c.token_ids for c in acc.choices)),
+        ),
     )
 
 
@@ -264,11 +283,13 @@ async def _events(
     error_event: Callable[[str], object],
     *,
     first_after_prefill: bool = False,
+    outputs: dict[int, list[int]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE events of a generation, each choice under its response index (`p * n + i` for
     choice `i` of prompt `p`). The first events (one per choice) go out at once, or with
     `first_after_prefill` along with the prompt's first chunk (an echo that carries the
-    prompt's logprobs, which exist once the prompt is computed)."""
+    prompt's logprobs, which exist once the prompt is computed). `outputs`, when given,
+    collects each choice's token ids, those of deltas with no text too."""
     prepared = generation.ctx.prepared
     n = prepared.settings.n
     if first_event is not None and not first_after_prefill:
@@ -283,6 +304,8 @@ async def _events(
                     yield sse(await asyncio.to_thread(first_event, index, chunk))
                 opened[prompt] = True
             for delta in chunk.choices:
+                if outputs is not None:
+                    outputs.setdefault(prompt * n + delta.index, []).extend(delta.token_ids)
                 if delta.text or delta.finish_reason or delta.logprobs:
                     event = delta_event(prompt * n + delta.index, delta)
                     if event is not None:  # None: nothing to send yet (text held back)
@@ -330,6 +353,7 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
     prepared = ctx.prepared
     plain = prepared.tools is None and prepared.thinking is None
     readers: dict[int, AnswerReader] = {}  # per choice, unless plain
+    outputs: dict[int, list[int]] | None = {} if prepared.thinking is not None else None
 
     def chunk(choices: list[s.ChatChunkChoice], usage: s.Usage | None = None) -> object:
         return s.ChatCompletionChunk(
@@ -373,7 +397,9 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
             ]
         ),
         delta_event,
-        lambda u: chunk([], usage_body(u)),
+        lambda u: chunk(
+            [], usage_body(u, thinking_tokens(tokenizer, prepared, (outputs or {}).values()))
+        ),
         lambda message: {
             "error": {
                 "message": message,
@@ -382,6 +408,7 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
                 "code": "generation_failed",
             }
         },
+        outputs=outputs,
     )
 
 

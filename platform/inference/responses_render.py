@@ -18,7 +18,7 @@ from typing import Any
 from hydrant.engine.protocol import RequestUsage
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.inference.answer import AnswerReader, Piece
-from hydrant.platform.inference.render import collect, sse
+from hydrant.platform.inference.render import collect, sse, thinking_tokens
 from hydrant.platform.inference.service import Generation
 
 
@@ -26,13 +26,13 @@ def _item_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def usage_object(usage: RequestUsage) -> dict[str, Any]:
+def usage_object(usage: RequestUsage, reasoning: int | None) -> dict[str, Any]:
+    """`reasoning`: the thinking tokens, part of `output_tokens` (None: it did not think)."""
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_tokens},
         "output_tokens": usage.completion_tokens,
-        # Thinking is not counted apart from the answer: it is in output_tokens.
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning or 0},
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
     }
 
@@ -181,6 +181,7 @@ def _response(
     status: str,
     usage: RequestUsage | None,
     created: int,
+    reasoning: int | None = None,
 ) -> dict[str, Any]:
     ctx = generation.ctx
     echo = ctx.prepared.response_fields or {}
@@ -193,7 +194,7 @@ def _response(
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "model": ctx.model,
         "output": items,
-        "usage": usage_object(usage) if usage is not None else None,
+        "usage": usage_object(usage, reasoning) if usage is not None else None,
         "parallel_tool_calls": echo.get("parallel_tool_calls", True),
         "tool_choice": echo.get("tool_choice") or ("auto" if echo.get("tools") else "none"),
         "tools": echo.get("tools") or [],
@@ -229,7 +230,8 @@ async def response_whole(
     builder.add(reader.end())
     status = _status(choice.finish_reason)
     builder.close("incomplete" if status == "incomplete" else "completed")
-    response = _response(generation, builder.items, status, generation.usage(), created)
+    reasoning = thinking_tokens(tokenizer, prepared, [choice.token_ids])
+    response = _response(generation, builder.items, status, generation.usage(), created, reasoning)
     if keep is not None and status != "failed":
         response["store"] = await keep(response)
     return response
@@ -256,9 +258,11 @@ async def response_stream(
     yield event({"type": "response.created", "response": shell})
     yield event({"type": "response.in_progress", "response": shell})
     finish: str | None = None
+    output: list[int] = []
     try:
         async for _, chunk in generation:
             for delta in chunk.choices:
+                output.extend(delta.token_ids)
                 builder.add(reader.feed(delta.text))
                 if delta.finish_reason:
                     finish = delta.finish_reason
@@ -275,7 +279,8 @@ async def response_stream(
     builder.close("incomplete" if status == "incomplete" else "completed")
     for payload in builder.events:
         yield event(payload)
-    final = _response(generation, builder.items, status, generation.usage(), created)
+    reasoning = thinking_tokens(tokenizer, prepared, [output])
+    final = _response(generation, builder.items, status, generation.usage(), created, reasoning)
     if keep is not None and status != "failed":
         final["store"] = await keep(final)
     kind = {"completed": "response.completed", "incomplete": "response.incomplete"}

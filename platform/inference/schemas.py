@@ -152,11 +152,17 @@ class PromptTokensDetails(msgspec.Struct, kw_only=True):
     cached_tokens: int
 
 
-class Usage(msgspec.Struct, kw_only=True):
+class CompletionTokensDetails(msgspec.Struct, kw_only=True):
+    reasoning_tokens: int
+
+
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    # A thinking model's (OpenAI's shape); left out for a model that does not think.
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class ChatCompletion(msgspec.Struct, kw_only=True):

@@ -23,7 +23,10 @@ def server(
 
 
 @pytest.fixture(scope="module")
-def client(server: RunningServer, request: pytest.FixtureRequest) -> openai.OpenAI:
-    """An `openai` client with a key of a tenant named after the test module."""
+def client(server: RunningServer, request: pytest.FixtureRequest) -> Iterator[openai.OpenAI]:
+    """An `openai` client with a key of a tenant named after the test module. Closed after
+    the module: a pooled socket left to the garbage collector is a ResourceWarning, which
+    fails whichever test happens to be running then."""
     _, secret = server.tenant_key(request.module.__name__.removeprefix("test_"))
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0)
+    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0) as client:
+        yield client

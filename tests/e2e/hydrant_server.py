@@ -39,7 +39,9 @@ def tenant_client(data_dir: Path, model_dir: Path, tenant: str) -> Iterator[Any]
 
     with hydrant_server(data_dir, model_dir) as running:
         _, secret = running.tenant_key(tenant)
-        yield openai.OpenAI(base_url=f"{running.base_url}/v1", api_key=secret, max_retries=0)
+        client = openai.OpenAI(base_url=f"{running.base_url}/v1", api_key=secret, max_retries=0)
+        with client:  # its pooled connections closed here, not by the garbage collector
+            yield client
 
 
 def free_port() -> int:

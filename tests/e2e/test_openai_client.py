@@ -730,7 +730,7 @@ def test_errors_are_openai_errors(client: openai.OpenAI) -> None:
         )
     assert bad.value.code == "context_length_exceeded"
     wrong = openai.OpenAI(base_url=client.base_url, api_key="hyd_live_nope", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
+    with wrong, pytest.raises(openai.AuthenticationError):
         wrong.models.list()
 
 
@@ -743,15 +743,16 @@ def test_every_response_has_a_request_id(server: RunningServer) -> None:
 def test_logs_carry_ids_but_never_the_key_or_the_prompt(server: RunningServer) -> None:
     canary = "canary-prompt-zebra-quartz-7731"
     _, secret = server.tenant_key("log-audit")
-    audit = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0)
-    raw = audit.chat.completions.with_raw_response.create(
-        model="demo", messages=[{"role": "user", "content": canary}], max_tokens=3
-    )
+    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0) as audit:
+        raw = audit.chat.completions.with_raw_response.create(
+            model="demo", messages=[{"role": "user", "content": canary}], max_tokens=3
+        )
     request_id = raw.headers["x-request-id"]
-    with pytest.raises(openai.AuthenticationError):  # a wrong key is logged by nobody either
-        openai.OpenAI(
-            base_url=f"{server.base_url}/v1", api_key=secret[:-1] + "x", max_retries=0
-        ).models.list()
+    wrong = openai.OpenAI(
+        base_url=f"{server.base_url}/v1", api_key=secret[:-1] + "x", max_retries=0
+    )
+    with wrong, pytest.raises(openai.AuthenticationError):  # logged by nobody either
+        wrong.models.list()
     deadline = time.monotonic() + 5
     while request_id not in server.log_file.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -69,17 +69,33 @@ def test_thinking_is_reasoning_content_whole_and_streamed(
         "max_tokens": 12,
         "temperature": 0,
     }
-    message = client.chat.completions.create(**request).choices[0].message
+    completion = client.chat.completions.create(**request)
+    message = completion.choices[0].message
     assert message.content is None
     assert message.model_extra is not None
     assert message.model_extra["reasoning_content"] == written
+    # Cut short while thinking: every output token was thinking.
+    assert completion.usage is not None and completion.usage.completion_tokens == 12
+    assert completion.usage.completion_tokens_details is not None
+    assert completion.usage.completion_tokens_details.reasoning_tokens == 12
     reasoning, content = "", ""
-    for chunk in client.chat.completions.create(stream=True, **request):
+    streamed = client.chat.completions.create(
+        stream=True, stream_options={"include_usage": True}, **request
+    )
+    for chunk in streamed:
         for c in chunk.choices:
             extra = c.delta.model_extra or {}
             reasoning += extra.get("reasoning_content") or ""
             content += c.delta.content or ""
+        if chunk.usage is not None:
+            assert chunk.usage.completion_tokens_details is not None
+            assert chunk.usage.completion_tokens_details.reasoning_tokens == 12
     assert (reasoning, content) == (written, "")
+    response = client.responses.create(
+        model="demo", input="Is 7 prime?", max_output_tokens=12, temperature=0, store=False
+    )
+    assert response.usage is not None and response.usage.output_tokens == 12
+    assert response.usage.output_tokens_details.reasoning_tokens == 12
 
 
 def test_thinking_off_through_chat_template_kwargs(
@@ -100,6 +116,8 @@ def test_thinking_off_through_chat_template_kwargs(
     message = completion.choices[0].message
     assert message.content == written
     assert (message.model_extra or {}).get("reasoning_content") is None
+    assert completion.usage.completion_tokens_details is not None
+    assert completion.usage.completion_tokens_details.reasoning_tokens == 0
 
 
 class Verdict(BaseModel):
@@ -152,18 +170,18 @@ def _with_think_token(model_dir: Path, target: Path) -> Path:
 @pytest.fixture(scope="module")
 def think_token_client(
     demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Any, int]]:
+) -> Iterator[tuple[Any, int, Path]]:
     model_dir = _with_think_token(demo_model_dir, tmp_path_factory.mktemp("think") / "model")
     close = Tokenizer.from_pretrained(model_dir).encode("</think>", add_special_tokens=False)
     assert len(close) == 1
     with tenant_client(tmp_path_factory.mktemp("serve"), model_dir, "thinker2") as client:
-        yield client, close[0]
+        yield client, close[0], model_dir
 
 
 def test_a_constrained_answer_comes_after_the_thinking(
-    think_token_client: tuple[openai.OpenAI, int],
+    think_token_client: tuple[openai.OpenAI, int, Path],
 ) -> None:
-    client, close = think_token_client
+    client, close, model_dir = think_token_client
     request: dict[str, Any] = {
         "model": "demo",
         "messages": MESSAGES,
@@ -171,9 +189,24 @@ def test_a_constrained_answer_comes_after_the_thinking(
         "temperature": 0,
         "logit_bias": {str(close): 0.001},  # wins its tie with its twin
     }
-    free = client.chat.completions.create(**request).choices[0].message
+    answered = client.chat.completions.create(**request)
+    free = answered.choices[0].message
     free_reasoning = (free.model_extra or {}).get("reasoning_content")
     assert free_reasoning and free.content is not None  # it thought a while, then answered
+    # Its reasoning tokens are those the engine writes before its text holds `</think>`.
+    assert answered.usage is not None and answered.usage.completion_tokens_details is not None
+    thought = answered.usage.completion_tokens_details.reasoning_tokens
+    assert 0 < thought < answered.usage.completion_tokens
+    prompt = Tokenizer.from_pretrained(model_dir).encode_chat(MESSAGES)
+    for count, closed in ((thought, True), (thought - 1, False)):
+        written = client.completions.create(
+            model="demo",
+            prompt=prompt,
+            max_tokens=count,
+            temperature=0,
+            logit_bias={str(close): 0.001},
+        )
+        assert ("</think>" in written.choices[0].text) is closed
     body = {**Verdict.model_json_schema(), "additionalProperties": False}
     schema = {"name": "verdict", "schema": body, "strict": True}
     request["response_format"] = {"type": "json_schema", "json_schema": schema}

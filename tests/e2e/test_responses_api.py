@@ -272,12 +272,12 @@ def test_a_streamed_answer_is_stored_before_it_completes(client: openai.OpenAI) 
 def test_another_tenants_answers_do_not_exist(server: RunningServer, client: openai.OpenAI) -> None:
     mine = client.responses.create(model="demo", input="Rivers?", max_output_tokens=2)
     _, secret = server.tenant_key("someone-else")
-    other = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0)
-    with pytest.raises(openai.NotFoundError):
-        other.responses.retrieve(mine.id)
-    with pytest.raises(openai.NotFoundError):
-        other.responses.delete(mine.id)
-    with pytest.raises(openai.NotFoundError) as refused:
-        other.responses.create(model="demo", input="x", previous_response_id=mine.id)
+    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=secret, max_retries=0) as other:
+        with pytest.raises(openai.NotFoundError):
+            other.responses.retrieve(mine.id)
+        with pytest.raises(openai.NotFoundError):
+            other.responses.delete(mine.id)
+        with pytest.raises(openai.NotFoundError) as refused:
+            other.responses.create(model="demo", input="x", previous_response_id=mine.id)
     assert refused.value.param == "previous_response_id"
     assert client.responses.retrieve(mine.id).id == mine.id  # still there for its tenant

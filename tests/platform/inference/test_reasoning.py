@@ -8,12 +8,16 @@ from __future__ import annotations
 import random
 
 import pytest
-from tokenizers import AddedToken, models, pre_tokenizers
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as BackendTokenizer
 
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.inference.answer import AnswerReader, read_whole
-from hydrant.platform.inference.reasoning import constraint_after_thinking, reasoning_start
+from hydrant.platform.inference.reasoning import (
+    constraint_after_thinking,
+    reasoning_start,
+    reasoning_tokens,
+)
 from hydrant.platform.inference.tools import ToolPlan
 
 HERMES = ToolPlan("auto", parser="hermes")
@@ -90,6 +94,7 @@ def _word_tokenizer(*added: str) -> Tokenizer:
     vocab = {c: i for i, c in enumerate("<>/thinkabc ")}
     backend = BackendTokenizer(models.WordLevel(vocab, unk_token=" "))
     backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    backend.decoder = decoders.Fuse()  # the tokens' text joined, as written
     backend.add_tokens([AddedToken(a, special=False, normalized=False) for a in added])
     return Tokenizer(backend, special_tokens_map={}, eos_token_ids=frozenset(), bos_token_id=None)
 
@@ -106,3 +111,26 @@ def test_a_constraint_waits_for_a_one_token_end_of_thinking() -> None:
     # Spelled in pieces, the end cannot be waited for as one token.
     assert len(_word_tokenizer().encode("</think>", add_special_tokens=False)) > 1
     assert constraint_after_thinking(_word_tokenizer(), "assistant: <think>\n") is None
+
+
+@pytest.mark.parametrize("added", [("</think>",), ()])
+@pytest.mark.parametrize(
+    ("output", "inside", "thinking"),
+    [
+        ("<think>ab</think>c", False, "<think>ab</think>"),
+        ("  <think>a</think>", False, "  <think>a</think>"),
+        ("ab</think>cba", True, "ab</think>"),  # the prompt opened the tag
+        ("abc", True, "abc"),  # cut short while thinking: all of it
+        ("abc</think>", False, ""),  # never opened: an answer, whatever it holds
+        ("</think>abc", True, "</think>"),
+    ],
+)
+def test_reasoning_tokens_are_those_up_to_the_close(
+    added: tuple[str, ...], output: str, inside: bool, thinking: str
+) -> None:
+    """Counted on the tokens, with `</think>` one token (Qwen 3) or spelled in pieces."""
+    tokenizer = _word_tokenizer(*added)
+    ids = tokenizer.encode(output, add_special_tokens=False)
+    expected = len(tokenizer.encode(thinking, add_special_tokens=False)) if thinking else 0
+    assert ids[:expected] == tokenizer.encode(thinking, add_special_tokens=False)
+    assert reasoning_tokens(tokenizer, ids, inside) == expected
