@@ -50,6 +50,14 @@ from hydrant.platform.inference.schemas import (
     ModelList,
     decode_body,
 )
+from hydrant.platform.inference.scoring import (
+    RerankRequest,
+    ScoreRequest,
+    prepare_rerank,
+    prepare_score,
+    rerank_results,
+    score_list,
+)
 from hydrant.platform.inference.service import Generation, InferenceService
 from hydrant.platform.models.registry import ModelRegistry, ServedModel
 
@@ -122,6 +130,8 @@ class _Endpoint:
         | type[CompletionRequest]
         | type[ResponsesRequest]
         | type[EmbeddingRequest]
+        | type[ScoreRequest]
+        | type[RerankRequest]
     )
     prepare: Callable[[Any, ServedModel, int], PreparedRequest]
     whole: Callable[[Generation, Tokenizer], Awaitable[object]]
@@ -134,6 +144,8 @@ TEXT = _Endpoint(
 )
 RESPONSES = _Endpoint(ResponsesRequest, prepare_response, response_whole, response_stream)
 EMBEDDINGS = _Endpoint(EmbeddingRequest, prepare_embedding, embedding_list)  # never streamed
+SCORE = _Endpoint(ScoreRequest, prepare_score, score_list)
+RERANK = _Endpoint(RerankRequest, prepare_rerank, rerank_results)
 
 
 async def _serve(
@@ -331,3 +343,28 @@ class InferenceController(Controller):
     ) -> Any:
         """OpenAI's embeddings (embeddings.py): last-token pooled, normalized."""
         return await _serve(request, state, principal, EMBEDDINGS)
+
+    @post(
+        "/score",
+        status_code=200,
+        operation_class=raw_json_body_operation(ScoreRequest, streams=False),
+        responses={200: ResponseSpec(dict[str, Any], description="One score per pair")},
+    )
+    async def score(
+        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
+    ) -> Any:
+        """vLLM's score (scoring.py): the cosine similarity of each pair's embeddings."""
+        return await _serve(request, state, principal, SCORE)
+
+    @post(
+        "/rerank",
+        status_code=200,
+        operation_class=raw_json_body_operation(RerankRequest, streams=False),
+        responses={200: ResponseSpec(dict[str, Any], description="Documents by relevance")},
+    )
+    async def rerank(
+        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
+    ) -> Any:
+        """Jina's and Cohere's rerank, as vLLM serves it (scoring.py): documents ordered by
+        the cosine similarity of their embedding to the query's."""
+        return await _serve(request, state, principal, RERANK)

@@ -81,26 +81,34 @@ def prepare_embedding(
         add_special_tokens=request.add_special_tokens,
         keep=truncation(request.truncate_prompt_tokens, model),
     )
-    sampling = check_sampling(
-        Sampling(max_tokens=0, embed=True, embed_dimensions=request.dimensions), model
-    )
-    prompts = []
-    for index, ids in enumerate(inputs):
-        if len(ids) > model.max_model_len:
-            where = f"input[{index}]" if len(inputs) > 1 else "input"
-            raise Unprocessable(
-                f"{where} has {len(ids)} tokens; this model's context is {model.max_model_len}",
-                param="input",
-                code="context_length_exceeded",
-            )
-        prompts.append(PreparedPrompt(ids, sampling))
     return PreparedRequest(
-        tuple(prompts),
+        embedding_prompts(inputs, model, "input", request.dimensions),
         stream=False,
         include_usage=False,
         prompt_field="input",
         response_fields={"encoding_format": request.encoding_format},
     )
+
+
+def embedding_prompts(
+    inputs: list[list[int]], model: ServedModel, field: str, dimensions: int | None = None
+) -> tuple[PreparedPrompt, ...]:
+    """One engine request per input, each asking for its vector alone; an input may fill
+    the context (nothing is generated after it), not more."""
+    sampling = check_sampling(
+        Sampling(max_tokens=0, embed=True, embed_dimensions=dimensions), model
+    )
+    prompts = []
+    for index, ids in enumerate(inputs):
+        if len(ids) > model.max_model_len:
+            where = f"{field}[{index}]" if len(inputs) > 1 else field
+            raise Unprocessable(
+                f"{where} has {len(ids)} tokens; this model's context is {model.max_model_len}",
+                param=field,
+                code="context_length_exceeded",
+            )
+        prompts.append(PreparedPrompt(ids, sampling))
+    return tuple(prompts)
 
 
 def _encoded(vector: list[float], encoding: str) -> list[float] | str:
@@ -109,25 +117,27 @@ def _encoded(vector: list[float], encoding: str) -> list[float] | str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
-async def embedding_list(generation: Generation, tokenizer: Tokenizer) -> EmbeddingList:
-    """Every input's vector, in input order, once all are computed."""
-    del tokenizer
-    prepared = generation.ctx.prepared
-    vectors: list[list[float] | None] = [None] * len(prepared.prompts)
+async def embedding_vectors(generation: Generation) -> list[list[float]]:
+    """Every prompt's vector, in prompt order, once all are computed; all or none."""
+    vectors: list[list[float] | None] = [None] * len(generation.ctx.prepared.prompts)
     async for index, chunk in generation:
         if chunk.embedding is not None:
             vectors[index] = chunk.embedding
-    missing = [i for i, v in enumerate(vectors) if v is None]
-    if missing:  # an engine failed or stopped the request: nothing partial is returned
-        raise ServiceUnavailable(f"the embedding of input[{missing[0]}] was not computed")
-    encoding = (prepared.response_fields or {}).get("encoding_format", "float")
+    done = [v for v in vectors if v is not None]
+    if len(done) < len(vectors):  # an engine failed or stopped the request
+        missing = vectors.index(None)
+        raise ServiceUnavailable(f"the embedding of input[{missing}] was not computed")
+    return done
+
+
+async def embedding_list(generation: Generation, tokenizer: Tokenizer) -> EmbeddingList:
+    """Every input's vector, in input order, once all are computed."""
+    del tokenizer
+    vectors = await embedding_vectors(generation)
+    encoding = (generation.ctx.prepared.response_fields or {}).get("encoding_format", "float")
     usage = generation.usage()
     return EmbeddingList(
-        data=[
-            Embedding(index=i, embedding=_encoded(v, encoding))
-            for i, v in enumerate(vectors)
-            if v is not None
-        ],
+        data=[Embedding(index=i, embedding=_encoded(v, encoding)) for i, v in enumerate(vectors)],
         model=generation.ctx.model,
         usage=EmbeddingUsage(prompt_tokens=usage.prompt_tokens, total_tokens=usage.prompt_tokens),
     )

@@ -106,6 +106,8 @@ def decode_body(raw: bytes, kind: type[T]) -> T:
         param = None
         if "at `$." in message:
             param = message.rsplit("at `$.", 1)[1].rstrip("`").split("[")[0].split(".")[0]
+        elif message.startswith("Object missing required field `"):  # a top-level field
+            param = message.split("`")[1]
         raise InvalidRequest(f"invalid request: {message}", param=param) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc

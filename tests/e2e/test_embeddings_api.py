@@ -194,3 +194,98 @@ def test_a_bare_decoder_model_serves_embeddings_only(
                 model="demo", messages=[{"role": "user", "content": "hi"}], max_tokens=2
             )
         assert refused.value.param == "model" and "embeddings only" in refused.value.message
+
+
+def _post(server: RunningServer, client: openai.OpenAI, path: str, body: Any) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}{path}",
+        json={"model": "demo", **body},
+        headers={"Authorization": f"Bearer {client.api_key}"},
+        timeout=60,
+    )
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_score_is_the_cosine_of_each_pairs_embeddings(
+    server: RunningServer, client: openai.OpenAI, tokenizer: Tokenizer, reference: Any
+) -> None:
+    """vLLM's /v1/score for an embedding model, against transformers' vectors; `text_1`
+    shared by every pair is embedded (and billed) once."""
+    ids = {text: tokenizer.encode(text) for text in TEXTS}
+    want = {text: _expected(reference, ids[text]) for text in TEXTS}
+    one_to_many = _post(server, client, "/v1/score", {"text_1": TEXTS[0], "text_2": TEXTS})
+    assert one_to_many.status_code == 200, one_to_many.text
+    body = one_to_many.json()
+    assert body["object"] == "list" and body["model"] == "demo"
+    assert [d["index"] for d in body["data"]] == [0, 1, 2]
+    for item, text in zip(body["data"], TEXTS, strict=True):
+        assert item["object"] == "score"
+        assert abs(item["score"] - _cosine(want[TEXTS[0]], want[text])) < 1e-4
+    assert abs(body["data"][0]["score"] - 1.0) < 1e-4  # a text against itself
+    billed = sum(len(ids[t]) for t in TEXTS) + len(ids[TEXTS[0]])
+    assert body["usage"] == {"prompt_tokens": billed, "total_tokens": billed}
+    entry = server.ledger_entry(one_to_many.headers["x-request-id"])
+    assert entry is not None and entry[:4:3] == ("finished", 0) and entry[1] == billed
+    pairwise = _post(
+        server, client, "/v1/score", {"text_1": TEXTS[:2], "text_2": [TEXTS[2], TEXTS[0]]}
+    ).json()
+    expected = [_cosine(want[TEXTS[0]], want[TEXTS[2]]), _cosine(want[TEXTS[1]], want[TEXTS[0]])]
+    assert all(abs(d["score"] - e) < 1e-4 for d, e in zip(pairwise["data"], expected, strict=True))
+
+
+def test_rerank_orders_documents_by_relevance(
+    server: RunningServer, client: openai.OpenAI, tokenizer: Tokenizer, reference: Any
+) -> None:
+    query = "Where do rivers go?"
+    documents = [*TEXTS, query]  # the query itself must come first
+    want = _expected(reference, tokenizer.encode(query))
+    scores = [_cosine(want, _expected(reference, tokenizer.encode(d))) for d in documents]
+    ranked = _post(server, client, "/v1/rerank", {"query": query, "documents": documents})
+    assert ranked.status_code == 200, ranked.text
+    results = ranked.json()["results"]
+    assert sorted(r["index"] for r in results) == list(range(len(documents)))
+    assert [r["index"] for r in results] == sorted(range(len(documents)), key=lambda i: -scores[i])
+    assert results[0]["index"] == 3
+    for result in results:
+        assert abs(result["relevance_score"] - scores[result["index"]]) < 1e-4
+        assert result["document"] == {"text": documents[result["index"]]}
+    top = _post(
+        server,
+        client,
+        "/v1/rerank",
+        {"query": query, "documents": documents, "top_n": 2, "return_documents": False},
+    ).json()
+    assert [r["index"] for r in top["results"]] == [r["index"] for r in results[:2]]
+    assert all(r["document"] is None for r in top["results"])
+    tokens = sum(len(tokenizer.encode(t)) for t in [query, *documents])
+    assert top["usage"]["total_tokens"] == tokens
+
+
+@pytest.mark.parametrize(
+    ("path", "request_body", "param"),
+    [
+        ("/v1/score", {"text_1": ["a", "b"], "text_2": ["a", "b", "c"]}, "text_1"),
+        ("/v1/score", {"text_1": [], "text_2": "a"}, "text_1"),
+        ("/v1/score", {"text_1": "a", "text_2": ["b", ""]}, "text_2"),
+        ("/v1/score", {"text_1": "a"}, "text_2"),
+        (
+            "/v1/score",
+            {"text_1": "a", "text_2": "b", "truncate_prompt_tokens": 0},
+            "truncate_prompt_tokens",
+        ),
+        ("/v1/rerank", {"query": "a", "documents": []}, "documents"),
+        ("/v1/rerank", {"query": "", "documents": ["a"]}, "query"),
+        ("/v1/rerank", {"query": "a", "documents": ["a"], "top_n": 0}, "top_n"),
+        ("/v1/rerank", {"query": "a", "documents": [1, 2]}, "documents"),
+        ("/v1/rerank", {"query": "a", "documents": ["a"] * 2048}, "documents"),
+    ],
+)
+def test_bad_score_and_rerank_requests_are_clear_400s(
+    server: RunningServer, client: openai.OpenAI, path: str, request_body: Any, param: str
+) -> None:
+    response = _post(server, client, path, request_body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param

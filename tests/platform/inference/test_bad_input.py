@@ -90,6 +90,7 @@ GOOD = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_t
         (b"[1, 2]", 400, None),
         (json.dumps({**GOOD, "max_tokens": "many"}).encode(), 400, "max_tokens"),
         (json.dumps({**GOOD, "messages": "hi"}).encode(), 400, "messages"),
+        (json.dumps({"messages": GOOD["messages"]}).encode(), 400, "model"),  # missing
         (json.dumps({**GOOD, "messages": []}).encode(), 400, "messages"),
         (json.dumps({**GOOD, "model": "gpt-17"}).encode(), 404, "model"),
         (json.dumps({**GOOD, "max_tokens": 10**9}).encode(), 400, "max_tokens"),
