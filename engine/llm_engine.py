@@ -24,6 +24,7 @@ from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.errors import EngineError, InvalidRequestError
 from hydrant.engine.load_report import LoadReport, timed_phase
+from hydrant.engine.loader import read_model_config
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.model_runner import ModelOutput, ModelRunner
 from hydrant.engine.output_processor import OutputProcessor
@@ -115,7 +116,7 @@ class LLMEngine:
         cls, model_dir: Path, config: EngineConfig, metrics: EngineMetrics | None
     ) -> LLMEngine:
         with timed_phase("config"):
-            model_config = ModelConfig.from_pretrained(model_dir)
+            model_config = read_model_config(model_dir)
         max_model_len = model_config.max_model_len
         if config.max_model_len is not None:
             if config.max_model_len > max_model_len:

@@ -20,6 +20,7 @@ and the one copy is the kernel's, page cache to tensor. The phases
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -76,13 +77,46 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     return found
 
 
+def checkpoint_tensor_names(model_dir: Path) -> set[str]:
+    """Every tensor name of a checkpoint, from its index or its shards' headers (no data)."""
+    index = Path(model_dir) / INDEX_FILE
+    if index.is_file():
+        return set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}))
+    names: set[str] = set()
+    for path in checkpoint_files(model_dir):
+        with SafetensorsFile(path) as reader:
+            names.update(entry.name for entry in reader.entries)
+    return names
+
+
+def read_model_config(model_dir: Path) -> ModelConfig:
+    """`config.json`, corrected by what the weights hold.
+
+    Embedding models built on a causal LM often say `*ForCausalLM` in `config.json` but
+    ship the bare decoder's weights (Qwen3-Embedding: names without `model.`, no
+    `lm_head`), as transformers' `AutoModel` saves them; vLLM loads both layouts. Such a
+    checkpoint with untied embeddings has no head to generate with, so it is served for
+    embeddings only, instead of failing on a missing `lm_head.weight`.
+    """
+    config = ModelConfig.from_pretrained(model_dir)
+    if config.embedding_only or config.tie_word_embeddings:
+        return config
+    if any(name.startswith("lm_head.") for name in checkpoint_tensor_names(model_dir)):
+        return config
+    logger.info(
+        "%s has no lm_head and untied embeddings: serving it for embeddings only",
+        Path(model_dir).name,
+    )
+    return dataclasses.replace(config, embedding_only=True)
+
+
 def _target_name(name: str, config: ModelConfig) -> tuple[str, int] | None:
     """Map a checkpoint name to (parameter name, fused part index or -1); None = skip."""
     if _IGNORED.search(name):
         return None
     if name == "lm_head.weight" and (config.tie_word_embeddings or config.embedding_only):
         return None
-    if config.embedding_only and not name.startswith("model."):
+    if not name.startswith(("model.", "lm_head.")):
         name = "model." + name  # a bare decoder's names lack the causal LM's prefix
     match = _FUSED_NAME.match(name)
     if match is None:

@@ -27,7 +27,7 @@ import torch
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.errors import ModelLoadError
-from hydrant.engine.loader import INDEX_FILE, load_model
+from hydrant.engine.loader import INDEX_FILE, load_model, read_model_config
 from hydrant.engine.model import LlamaForCausalLM
 from hydrant.engine.ops import TORCH_OPS, KernelOps
 from hydrant.kernels.errors import KernelArgumentError
@@ -135,7 +135,7 @@ def quantize_checkpoint(
         raise ModelLoadError(f"{src} is already a quantized checkpoint")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ModelLoadError(f"{dst} exists and is not an empty directory")
-    model_config = ModelConfig.from_pretrained(src)
+    model_config = read_model_config(src)
     dtype = model_config.checkpoint_dtype or torch.float32
     progress(f"loading {src} ({str(dtype).removeprefix('torch.')})")
     model = load_model(src, model_config, "cpu", dtype, 1, show_progress=False)

@@ -14,6 +14,7 @@ import torch
 from tiny_models import (
     EngineTracker,
     build_tiny_model,
+    hf_greedy,
     hf_config,
     load_hf_model,
     random_prompts,
@@ -195,3 +196,42 @@ def test_a_bare_decoder_checkpoint_serves_embeddings_only(
     with pytest.raises(InvalidRequestError, match="embeddings only") as refused:
         engine.add_request("generate", prompts[0], SamplingParams(max_tokens=2))
     assert refused.value.param == "model"
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_causal_lm_config_over_bare_decoder_weights(
+    tied: bool, engines: EngineTracker, tmp_path: Path
+) -> None:
+    """As Qwen3-Embedding ships: `config.json` says `Qwen3ForCausalLM`, the weights are the
+    bare decoder's (names without `model.`, no `lm_head`). Untied, there is no head to
+    generate with: embeddings only. Tied, the head is the embedding table, so it also
+    generates, greedily as transformers does from the same files."""
+    from transformers import AutoModel
+
+    torch.manual_seed(6)
+    config = hf_config("qwen3")
+    config.tie_word_embeddings = tied
+    bare = AutoModel.from_config(config).eval()  # type: ignore[arg-type]
+    bare.save_pretrained(tmp_path)
+    for name, text in tokenizer_files().items():
+        (tmp_path / name).write_text(text, "utf-8")
+    written = json.loads((tmp_path / "config.json").read_text())
+    written["architectures"] = ["Qwen3ForCausalLM"]
+    (tmp_path / "config.json").write_text(json.dumps(written))
+    engine = engines.make(tmp_path)
+    assert engine.model_config.embedding_only is not tied
+    prompts = random_prompts(2, 5, 30, seed=13)
+    outputs = run_batch(engine, prompts, [EMBED] * 2)
+    for i, prompt in enumerate(prompts):
+        with torch.inference_mode():
+            hidden = bare(torch.tensor([prompt])).last_hidden_state[0, -1].float()
+        _close(_embedding(outputs[i]), torch.nn.functional.normalize(hidden, dim=0))
+    greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    if not tied:
+        with pytest.raises(InvalidRequestError, match="embeddings only"):
+            engine.add_request("generate", prompts[0], greedy)
+        return
+    reference = load_hf_model(tmp_path)
+    final = run_batch(engine, prompts[:1], [greedy])[0][-1]
+    assert final.finished
+    assert final.outputs[0].token_ids == hf_greedy(reference, prompts[0], 6)
