@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -23,6 +23,7 @@ from hydrant.engine.architectures import EMBEDDING_ARCHITECTURES, SUPPORTED_ARCH
 from hydrant.engine.engine_config import parse_dtype
 from hydrant.engine.errors import ModelLoadError, UnsupportedModelError
 
+Pooling = Literal["last", "mean", "cls"]
 SUPPORTED_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
 
 
@@ -55,6 +56,9 @@ class ModelConfig:
     # Embedding sizes a Matryoshka-trained model may be cut to: None when it is not one,
     # () when any size is fine (config.json's `is_matryoshka`), else its listed sizes.
     matryoshka_dimensions: tuple[int, ...] | None = None
+    # How an embedding is pooled from the prompt's final hidden states (sentence-transformers'
+    # Pooling module, when the checkpoint has one; decoder embedding models pool the last).
+    pooling: Pooling = "last"
 
     @property
     def max_model_len(self) -> int:
@@ -77,7 +81,9 @@ class ModelConfig:
         generation: dict[str, Any] = {}
         if gen_path.is_file():
             generation = json.loads(gen_path.read_text(encoding="utf-8"))
-        return cls.from_dict(raw, generation)
+        config = cls.from_dict(raw, generation)
+        pooling = read_pooling(Path(model_dir))
+        return config if pooling == config.pooling else replace(config, pooling=pooling)
 
     @classmethod
     def from_dict(
@@ -134,6 +140,39 @@ class ModelConfig:
                 f"num_key_value_heads ({kv_heads})"
             )
         return config
+
+
+_POOLING_MODES: dict[str, Pooling] = {
+    "pooling_mode_lasttoken": "last",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+}
+
+
+def read_pooling(model_dir: Path) -> Pooling:
+    """The pooling a sentence-transformers checkpoint declares (`modules.json` names its
+    Pooling module's folder, whose `config.json` sets one `pooling_mode_*`), as vLLM reads
+    it; `last` without one. A mode Hydrant cannot pool is refused at load rather than
+    answered with vectors the model was not trained to give."""
+    modules_path = model_dir / "modules.json"
+    if not modules_path.is_file():
+        return "last"
+    try:
+        modules = json.loads(modules_path.read_text(encoding="utf-8"))
+        pooling = next((m for m in modules if str(m.get("type", "")).endswith(".Pooling")), None)
+        if pooling is None:
+            return "last"
+        settings_path = model_dir / str(pooling.get("path", "")) / "config.json"
+        settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        raise ModelLoadError(f"cannot read the sentence-transformers pooling: {exc}") from exc
+    modes = sorted(k for k, v in settings.items() if k.startswith("pooling_mode_") and v)
+    if len(modes) != 1 or modes[0] not in _POOLING_MODES:
+        raise UnsupportedModelError(
+            f"sentence-transformers pooling {modes or '(none set)'} is not supported; Hydrant "
+            f"pools one of {sorted(_POOLING_MODES)}"
+        )
+    return _POOLING_MODES[modes[0]]
 
 
 def _matryoshka(raw: Mapping[str, Any]) -> tuple[int, ...] | None:

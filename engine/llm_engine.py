@@ -83,7 +83,9 @@ class LLMEngine:
         self.block_manager = BlockManager(
             runner.num_blocks, config.block_size, config.enable_prefix_caching
         )
-        self.scheduler = Scheduler(config, self.block_manager)
+        self.scheduler = Scheduler(
+            config, self.block_manager, pool_every_token=model_config.pooling != "last"
+        )
         self.sampler = Sampler(eos)
         self.processor = OutputProcessor(tokenizer, eos, max_model_len)
         self._requests: dict[str, Request] = {}

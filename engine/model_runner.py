@@ -7,8 +7,9 @@ Logits are computed only for the last token of each sequence whose chunk
 reaches its end; the engine samples those. A request with `prompt_logprobs`
 also gets the logits of its prompt positions, scored a slice of rows at a time
 (a prompt's full logits would be tokens x vocabulary floats at once). An `embed`
-request gets no logits at all: the final hidden state of its last prompt token,
-normalized, once its last chunk ran.
+request gets no logits at all: the final hidden state of its last prompt token
+(or, as the checkpoint declares, the mean of all of them, summed chunk by chunk, or the
+first one's), normalized, once its last chunk ran.
 """
 
 from __future__ import annotations
@@ -64,6 +65,20 @@ class PromptRows:
     targets: list[int]
 
 
+@dataclass(frozen=True)
+class PoolRows:
+    """Rows [first, end) of this step's hidden states an embed sequence pools: the last
+    prompt token's (last), every token of the chunk (mean), position 0's (cls). `fresh`:
+    nothing pooled before counts (the prompt's first chunk, also after a preemption
+    restarts it); `final`: the prompt's last chunk, after which its vector is ready."""
+
+    seq: Sequence
+    first: int
+    end: int
+    fresh: bool
+    final: bool
+
+
 @dataclass
 class ModelOutput:
     """Logits [N, V] float32 for the sequences that need a token, in the same order, and
@@ -85,7 +100,7 @@ class StepBatch:
     sample_idx: list[int]
     sample_seqs: list[Sequence]
     scored: list[PromptRows]
-    pooled: list[tuple[int, Sequence]]  # (row of the last prompt token, embed sequence)
+    pooled: list[PoolRows]  # the rows each embed sequence pools from this step
 
 
 class ModelRunner:
@@ -229,19 +244,39 @@ class ModelRunner:
         return ModelOutput(logits, batch.sample_seqs, prompt_logprobs, embeddings)
 
     def _pool(
-        self, hidden: torch.Tensor, pooled: list[tuple[int, Sequence]]
+        self, hidden: torch.Tensor, pooled: list[PoolRows]
     ) -> list[tuple[Sequence, list[float]]]:
-        """Last-token embeddings, normalized in float32 (after an optional Matryoshka cut)."""
-        if not pooled:
-            return []
-        rows = self._tensor([row for row, _ in pooled], torch.long)
-        vectors = hidden.index_select(0, rows).float()
+        """Finished prompts' embeddings, pooled in float32 as the model declares (a mean
+        sums chunk by chunk), normalized after an optional Matryoshka cut."""
         result = []
-        for vector, (_, seq) in zip(vectors, pooled, strict=True):
+        for part in pooled:
+            seq = part.seq
+            if part.end > part.first:
+                rows = hidden[part.first : part.end].float().sum(dim=0)
+                seq.pool_sum = rows if part.fresh or seq.pool_sum is None else seq.pool_sum + rows
+            if not part.final:
+                continue
+            assert seq.pool_sum is not None  # the first chunk pooled its rows
+            vector = seq.pool_sum
+            if self.model_config.pooling == "mean":
+                vector = vector / len(seq.prompt_token_ids)
+            seq.pool_sum = None
             dims = seq.request.params.embed_dimensions
             cut = vector if dims is None else vector[:dims]
             result.append((seq, torch.nn.functional.normalize(cut, dim=0).tolist()))
         return result
+
+    def _pool_rows(self, seq: Sequence, first: int, start: int, end: int) -> PoolRows | None:
+        """What an embed sequence's chunk [start, end), laid out from row `first`, pools."""
+        final = end == seq.num_tokens
+        pooling = self.model_config.pooling
+        if pooling == "mean":
+            return PoolRows(seq, first, first + end - start, start == 0, final)
+        if pooling == "cls":
+            return PoolRows(seq, first, first + 1 if start == 0 else first, start == 0, final)
+        if final:
+            return PoolRows(seq, first + end - start - 1, first + end - start, True, True)
+        return None
 
     def _score(self, hidden: torch.Tensor, prompt: PromptRows) -> list[TokenLogprob]:
         k = prompt.seq.request.params.prompt_logprobs or 0
@@ -265,7 +300,7 @@ class ModelRunner:
         pre_tables: list[list[int]] = []
         pre_ctx: list[int] = []
         scored: list[PromptRows] = []
-        pooled: list[tuple[int, Sequence]] = []
+        pooled: list[PoolRows] = []
         cu = [0]
         max_q = 0
         for item in items:
@@ -294,8 +329,10 @@ class ModelRunner:
                 pre_ctx.append(end)
                 cu.append(cu[-1] + n)
                 max_q = max(max_q, n)
-            if end == seq.num_tokens and seq.request.params.embed:
-                pooled.append((len(ids) - 1, seq))
+            if seq.request.params.embed:
+                part = self._pool_rows(seq, len(ids) - n, start, end)
+                if part is not None:
+                    pooled.append(part)
             elif end == seq.num_tokens:
                 sample_idx.append(len(ids) - 1)
                 sample_seqs.append(seq)

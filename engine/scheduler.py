@@ -55,9 +55,14 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+    def __init__(
+        self, config: EngineConfig, block_manager: BlockManager, pool_every_token: bool = False
+    ) -> None:
         self.config = config
         self.block_manager = block_manager
+        # Mean / CLS pooling reads hidden states of the whole prompt: an embed request then
+        # computes it all, since cached blocks hold K/V, not hidden states.
+        self.pool_every_token = pool_every_token
         self.fairness = VirtualTokenCounter()
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -159,8 +164,9 @@ class Scheduler:
             if budget.lane_left(seq.lane) == 0:
                 continue
             # a prompt to score is computed in full: cached blocks have no logits to give
-            scored = seq.request.params.prompt_logprobs is not None
-            cached = [] if scored else self.block_manager.find_cached_prefix(seq)
+            params = seq.request.params
+            whole = params.prompt_logprobs is not None or (params.embed and self.pool_every_token)
+            cached = [] if whole else self.block_manager.find_cached_prefix(seq)
             remaining = seq.num_tokens - len(cached) * self.block_manager.block_size
             wanted = budget.grant(seq.lane, remaining)
             if wanted == 0:

@@ -118,6 +118,8 @@ class Sequence:
         self.guide: Guide | None = None  # its JSON-schema parser state (structured output)
         # The token the guide waits for (a thinking model's `</think>`); None: it is on.
         self.guide_waits_for: int | None = None
+        # Mean / CLS pooling: the prompt's pooled hidden states so far (its chunks add up).
+        self.pool_sum: torch.Tensor | None = None
 
     @property
     def active_guide(self) -> Guide | None:

@@ -14,15 +14,16 @@ import torch
 from tiny_models import (
     EngineTracker,
     build_tiny_model,
-    hf_greedy,
     hf_config,
+    hf_greedy,
     load_hf_model,
     random_prompts,
     run_batch,
     tokenizer_files,
 )
 
-from hydrant.engine.errors import InvalidRequestError
+from hydrant.engine.config import ModelConfig
+from hydrant.engine.errors import InvalidRequestError, UnsupportedModelError
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
 
@@ -235,3 +236,78 @@ def test_a_causal_lm_config_over_bare_decoder_weights(
     final = run_batch(engine, prompts[:1], [greedy])[0][-1]
     assert final.finished
     assert final.outputs[0].token_ids == hf_greedy(reference, prompts[0], 6)
+
+
+def _with_pooling(model_dir: Path, out: Path, mode: str) -> Path:
+    """A copy with sentence-transformers' files: `modules.json` and the Pooling config."""
+    for path in model_dir.iterdir():
+        (out / path.name).write_bytes(path.read_bytes())
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+        {
+            "idx": 2,
+            "name": "2",
+            "path": "2_Normalize",
+            "type": "sentence_transformers.models.Normalize",
+        },
+    ]
+    (out / "modules.json").write_text(json.dumps(modules))
+    (out / "1_Pooling").mkdir()
+    modes = ("cls_token", "mean_tokens", "max_tokens", "lasttoken")
+    settings = {f"pooling_mode_{m}": m == mode for m in modes}
+    (out / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 64, **settings})
+    )
+    return out
+
+
+@pytest.mark.parametrize("mode", ["mean_tokens", "cls_token"])
+def test_a_declared_pooling_is_the_one_used(
+    mode: str, model_dir: Path, reference: torch.nn.Module, engines: EngineTracker, tmp_path: Path
+) -> None:
+    """Mean or first-token pooling, as the checkpoint's sentence-transformers config says:
+    equal to transformers' hidden states pooled so, in one step or chunk by chunk (13
+    tokens a step), and when the same prompt comes again (its blocks are not reused: they
+    hold K/V, not the hidden states a mean needs)."""
+    pooled_dir = _with_pooling(model_dir, tmp_path, mode)
+    one_step = engines.make(pooled_dir)
+    assert one_step.model_config.pooling == {"mean_tokens": "mean", "cls_token": "cls"}[mode]
+    chunked = engines.make(
+        pooled_dir, max_num_batched_tokens=13, short_lane_tokens=13, long_lane_tokens=13
+    )
+    prompts = [*random_prompts(2, 30, 70, seed=8), [9]]
+    for prompt in prompts:
+        with torch.inference_mode():
+            states = reference.model(torch.tensor([prompt])).last_hidden_state[0].float()
+        pooled = states.mean(dim=0) if mode == "mean_tokens" else states[0]
+        want = torch.nn.functional.normalize(pooled, dim=0)
+        for engine in (one_step, chunked, chunked):  # the second time, after the first
+            again = run_batch(engine, [prompt], [EMBED])[0]
+            assert again[-1].metrics.cached_tokens == 0
+            _close(_embedding(again), want)
+    # Beside a request that generates, in one batch.
+    generate = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    mixed = run_batch(chunked, prompts, [EMBED, generate, EMBED])
+    assert len(mixed[1][-1].outputs[0].token_ids) == 3
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"pooling_mode_max_tokens": True}, "pooling_mode_max_tokens"),
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, "not supported"),
+    ],
+)
+def test_a_pooling_hydrant_cannot_do_is_refused_at_load(
+    settings: dict[str, bool], message: str, model_dir: Path, tmp_path: Path
+) -> None:
+    pooled_dir = _with_pooling(model_dir, tmp_path, "lasttoken")
+    (pooled_dir / "1_Pooling" / "config.json").write_text(json.dumps(settings))
+    with pytest.raises(UnsupportedModelError, match=message):
+        ModelConfig.from_pretrained(pooled_dir)
