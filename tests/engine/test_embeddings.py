@@ -311,3 +311,29 @@ def test_a_pooling_hydrant_cannot_do_is_refused_at_load(
     (pooled_dir / "1_Pooling" / "config.json").write_text(json.dumps(settings))
     with pytest.raises(UnsupportedModelError, match=message):
         ModelConfig.from_pretrained(pooled_dir)
+
+
+def test_a_mean_pooled_prompt_preempted_midway_starts_its_sum_again(
+    model_dir: Path, reference: torch.nn.Module, engines: EngineTracker, tmp_path: Path
+) -> None:
+    """Under a KV budget so small that chunked prompts are preempted and recomputed, the
+    mean counts each prompt token once."""
+    engine = engines.make(
+        _with_pooling(model_dir, tmp_path, "mean_tokens"),
+        num_gpu_blocks=20,
+        max_num_batched_tokens=13,
+        short_lane_tokens=13,
+        long_lane_tokens=13,
+    )
+    # Two generating requests arrive first and fill most of the cache; as they grow, the
+    # later prompts, still computing chunk by chunk, are the ones preempted.
+    prompts = [*random_prompts(2, 120, 121, seed=9), *random_prompts(2, 100, 101, seed=10)]
+    generate = SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True)
+    params = [generate, generate, EMBED, EMBED]
+    outputs = run_batch(engine, prompts, params)
+    embedded = [i for i, p in enumerate(params) if p is EMBED]
+    assert any(outputs[i][-1].metrics.num_preemptions > 0 for i in embedded)
+    for i in embedded:
+        with torch.inference_mode():
+            states = reference.model(torch.tensor([prompts[i]])).last_hidden_state[0].float()
+        _close(_embedding(outputs[i]), torch.nn.functional.normalize(states.mean(dim=0), dim=0))
