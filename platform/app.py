@@ -28,7 +28,7 @@ from hydrant.platform.http.errors import EXCEPTION_HANDLERS
 from hydrant.platform.http.hardening import cors_config, hardening_middleware
 from hydrant.platform.http.openapi import declare_error_responses, openapi_config
 from hydrant.platform.http.request_id import add_request_id_header
-from hydrant.platform.inference.controllers import InferenceController
+from hydrant.platform.inference.controllers import InferenceController, ScoringAliasController
 from hydrant.platform.inference.responses_store import ResponseStore
 from hydrant.platform.inference.tokenization import TokenizationController
 from hydrant.platform.metrics import GatewayMetrics, bearer_token_guard, metrics_route
@@ -87,7 +87,11 @@ def create_app(
         handlers.append(
             Router(
                 path="/",
-                route_handlers=[InferenceController, TokenizationController],
+                route_handlers=[
+                    InferenceController,
+                    ScoringAliasController,
+                    TokenizationController,
+                ],
                 guards=[require_inference],  # `principal` is provided app-wide (auth plugin)
             )
         )

@@ -368,3 +368,32 @@ class InferenceController(Controller):
         """Jina's and Cohere's rerank, as vLLM serves it (scoring.py): documents ordered by
         the cosine similarity of their embedding to the query's."""
         return await _serve(request, state, principal, RERANK)
+
+
+class ScoringAliasController(Controller):
+    """The paths vLLM also serves score and rerank on: `/score`, `/rerank`, and Cohere's
+    `/v2/rerank` (a Cohere client pointed at Hydrant posts there); the same handlers."""
+
+    path = "/"
+
+    @post(
+        ["/score"],
+        status_code=200,
+        operation_class=raw_json_body_operation(ScoreRequest, streams=False),
+        responses={200: ResponseSpec(dict[str, Any], description="One score per pair")},
+    )
+    async def score_alias(
+        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
+    ) -> Any:
+        return await _serve(request, state, principal, SCORE)
+
+    @post(
+        ["/rerank", "/v2/rerank"],
+        status_code=200,
+        operation_class=raw_json_body_operation(RerankRequest, streams=False),
+        responses={200: ResponseSpec(dict[str, Any], description="Documents by relevance")},
+    )
+    async def rerank_alias(
+        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
+    ) -> Any:
+        return await _serve(request, state, principal, RERANK)

@@ -264,6 +264,24 @@ def test_rerank_orders_documents_by_relevance(
     assert top["usage"]["total_tokens"] == tokens
 
 
+def test_vllms_other_paths_answer_the_same(server: RunningServer, client: openai.OpenAI) -> None:
+    """`/score`, `/rerank` and Cohere's `/v2/rerank`, as vLLM serves them, with a tenant key."""
+    query = {"query": "Where do rivers go?", "documents": TEXTS}
+    ranked = _post(server, client, "/v1/rerank", query).json()["results"]
+    for path in ("/rerank", "/v2/rerank"):
+        again = _post(server, client, path, query)
+        assert again.status_code == 200, again.text
+        results = again.json()["results"]
+        assert [r["index"] for r in results] == [r["index"] for r in ranked]
+        for a, b in zip(results, ranked, strict=True):
+            assert abs(a["relevance_score"] - b["relevance_score"]) < 1e-5
+    pair = {"text_1": TEXTS[0], "text_2": TEXTS[1]}
+    scored = _post(server, client, "/v1/score", pair).json()["data"][0]["score"]
+    assert abs(_post(server, client, "/score", pair).json()["data"][0]["score"] - scored) < 1e-5
+    anonymous = httpx.post(f"{server.base_url}/v2/rerank", json={"model": "demo", **query})
+    assert anonymous.status_code == 401
+
+
 @pytest.mark.parametrize(
     ("path", "request_body", "param"),
     [
