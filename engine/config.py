@@ -81,9 +81,7 @@ class ModelConfig:
         generation: dict[str, Any] = {}
         if gen_path.is_file():
             generation = json.loads(gen_path.read_text(encoding="utf-8"))
-        config = cls.from_dict(raw, generation)
-        pooling = read_pooling(Path(model_dir))
-        return config if pooling == config.pooling else replace(config, pooling=pooling)
+        return replace(cls.from_dict(raw, generation), pooling=read_pooling(Path(model_dir)))
 
     @classmethod
     def from_dict(

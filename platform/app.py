@@ -28,7 +28,7 @@ from hydrant.platform.http.errors import EXCEPTION_HANDLERS
 from hydrant.platform.http.hardening import cors_config, hardening_middleware
 from hydrant.platform.http.openapi import declare_error_responses, openapi_config
 from hydrant.platform.http.request_id import add_request_id_header
-from hydrant.platform.inference.controllers import InferenceController, ScoringAliasController
+from hydrant.platform.inference.controllers import InferenceController, ScoringController
 from hydrant.platform.inference.responses_store import ResponseStore
 from hydrant.platform.inference.tokenization import TokenizationController
 from hydrant.platform.metrics import GatewayMetrics, bearer_token_guard, metrics_route
@@ -89,7 +89,7 @@ def create_app(
                 path="/",
                 route_handlers=[
                     InferenceController,
-                    ScoringAliasController,
+                    ScoringController,
                     TokenizationController,
                 ],
                 guards=[require_inference],  # `principal` is provided app-wide (auth plugin)

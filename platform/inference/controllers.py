@@ -341,11 +341,19 @@ class InferenceController(Controller):
     async def embeddings(
         self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
-        """OpenAI's embeddings (embeddings.py): last-token pooled, normalized."""
+        """OpenAI's embeddings (embeddings.py): pooled as the checkpoint declares (the last
+        token's state unless it says otherwise), normalized."""
         return await _serve(request, state, principal, EMBEDDINGS)
 
+
+class ScoringController(Controller):
+    """Score and rerank (scoring.py), on every path vLLM serves them on: under `/v1`, at
+    the root, and Cohere's `/v2/rerank` (where a Cohere client pointed at Hydrant posts)."""
+
+    path = "/"
+
     @post(
-        "/score",
+        ["/v1/score", "/score"],
         status_code=200,
         operation_class=raw_json_body_operation(ScoreRequest, streams=False),
         responses={200: ResponseSpec(dict[str, Any], description="One score per pair")},
@@ -353,11 +361,11 @@ class InferenceController(Controller):
     async def score(
         self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
-        """vLLM's score (scoring.py): the cosine similarity of each pair's embeddings."""
+        """vLLM's score: the cosine similarity of each pair's embeddings."""
         return await _serve(request, state, principal, SCORE)
 
     @post(
-        "/rerank",
+        ["/v1/rerank", "/rerank", "/v2/rerank"],
         status_code=200,
         operation_class=raw_json_body_operation(RerankRequest, streams=False),
         responses={200: ResponseSpec(dict[str, Any], description="Documents by relevance")},
@@ -365,35 +373,6 @@ class InferenceController(Controller):
     async def rerank(
         self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
     ) -> Any:
-        """Jina's and Cohere's rerank, as vLLM serves it (scoring.py): documents ordered by
-        the cosine similarity of their embedding to the query's."""
-        return await _serve(request, state, principal, RERANK)
-
-
-class ScoringAliasController(Controller):
-    """The paths vLLM also serves score and rerank on: `/score`, `/rerank`, and Cohere's
-    `/v2/rerank` (a Cohere client pointed at Hydrant posts there); the same handlers."""
-
-    path = "/"
-
-    @post(
-        ["/score"],
-        status_code=200,
-        operation_class=raw_json_body_operation(ScoreRequest, streams=False),
-        responses={200: ResponseSpec(dict[str, Any], description="One score per pair")},
-    )
-    async def score_alias(
-        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
-    ) -> Any:
-        return await _serve(request, state, principal, SCORE)
-
-    @post(
-        ["/rerank", "/v2/rerank"],
-        status_code=200,
-        operation_class=raw_json_body_operation(RerankRequest, streams=False),
-        responses={200: ResponseSpec(dict[str, Any], description="Documents by relevance")},
-    )
-    async def rerank_alias(
-        self, request: Request[Any, Any, Any], state: State, principal: NamedDependency[Principal]
-    ) -> Any:
+        """Jina's and Cohere's rerank, as vLLM serves it: documents ordered by the cosine
+        similarity of their embedding to the query's."""
         return await _serve(request, state, principal, RERANK)

@@ -62,21 +62,15 @@ def _texts(value: str | list[str], field: str) -> list[str]:
 def _token_lists(
     texts: list[str], model: ServedModel, field: str, keep: int | None
 ) -> list[list[int]]:
-    """Each text's tokens; errors name the field and, in a list, the index."""
-    if len(texts) == 1:
-        return prompt_token_lists(texts[0], model, field=field, keep=keep)
+    """Each text's tokens; errors name the field and, in a list of several, the index."""
     batch: list[str | int | list[int]] = list(texts)
     return prompt_token_lists(batch, model, field=field, limit=MAX_INPUTS, keep=keep)
 
 
 def _prepared(
-    groups: list[tuple[list[int], ...]],
-    fields: dict[str, Any],
-    model: ServedModel,
-    prompt_field: str,
+    ids: list[list[int]], fields: dict[str, Any], model: ServedModel, prompt_field: str
 ) -> PreparedRequest:
-    """`groups`: each field's token lists, in order; one embedding prompt per text."""
-    ids = [tokens for group in groups for tokens in group]
+    """One embedding prompt per text, in order."""
     if len(ids) > MAX_INPUTS:
         raise InvalidRequest(
             f"a request embeds at most {MAX_INPUTS} texts, this one {len(ids)}",
@@ -106,7 +100,7 @@ def prepare_score(
     right = _token_lists(second, model, "text_2", keep)
     offset = len(left)
     pairs = [(0 if len(left) == 1 else i, offset + i) for i in range(len(right))]
-    return _prepared([tuple(left), tuple(right)], {"pairs": pairs}, model, "text_2")
+    return _prepared(left + right, {"pairs": pairs}, model, "text_2")
 
 
 def prepare_rerank(
@@ -122,7 +116,7 @@ def prepare_rerank(
         "top_n": request.top_n,
         "documents": request.documents if request.return_documents else None,
     }
-    return _prepared([tuple(query), tuple(documents)], fields, model, "documents")
+    return _prepared(query + documents, fields, model, "documents")
 
 
 def _cosine(a: list[float], b: list[float]) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from tiny_models import (
 
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.errors import InvalidRequestError, UnsupportedModelError
+from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
 
@@ -170,6 +172,27 @@ def test_dimensions_without_embed_are_refused() -> None:
     assert refused.value.param == "dimensions"
 
 
+def _save_bare_decoder(config: Any, out: Path) -> torch.nn.Module:
+    """transformers' bare decoder (`AutoModel`: no LM head, names without `model.`) of a
+    random model, saved with the demo tokenizer, as embedding models ship."""
+    from transformers import AutoModel
+
+    bare = AutoModel.from_config(config).eval()
+    bare.save_pretrained(out)
+    for name, text in tokenizer_files().items():
+        (out / name).write_text(text, "utf-8")
+    return bare
+
+
+def _embeds_as(bare: torch.nn.Module, engine: LLMEngine, prompts: list[list[int]]) -> None:
+    """The engine's vectors are `bare`'s last hidden state of each prompt, normalized."""
+    outputs = run_batch(engine, prompts, [EMBED] * len(prompts))
+    for i, prompt in enumerate(prompts):
+        with torch.inference_mode():
+            hidden = bare(torch.tensor([prompt])).last_hidden_state[0, -1].float()
+        _close(_embedding(outputs[i]), torch.nn.functional.normalize(hidden, dim=0))
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_a_bare_decoder_checkpoint_serves_embeddings_only(
     family: str, engines: EngineTracker, tmp_path: Path
@@ -177,23 +200,14 @@ def test_a_bare_decoder_checkpoint_serves_embeddings_only(
     """An embedding model as e5-mistral ships it: `LlamaModel`-style architecture, tensor
     names without `model.`, no LM head. Its vectors match transformers' own `AutoModel`;
     a generation request is refused, naming the model."""
-    from transformers import AutoModel
-
     torch.manual_seed(5)
-    bare = AutoModel.from_config(hf_config(family)).eval()  # type: ignore[arg-type]
-    bare.save_pretrained(tmp_path)
-    for name, text in tokenizer_files().items():
-        (tmp_path / name).write_text(text, "utf-8")
+    bare = _save_bare_decoder(hf_config(family), tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architectures"][0].endswith("Model")
     engine = engines.make(tmp_path)
     assert engine.model_config.embedding_only
     prompts = random_prompts(3, 5, 40, seed=12)
-    outputs = run_batch(engine, prompts, [EMBED] * 3)
-    for i, prompt in enumerate(prompts):
-        with torch.inference_mode():
-            hidden = bare(torch.tensor([prompt])).last_hidden_state[0, -1].float()
-        _close(_embedding(outputs[i]), torch.nn.functional.normalize(hidden, dim=0))
+    _embeds_as(bare, engine, prompts)
     with pytest.raises(InvalidRequestError, match="embeddings only") as refused:
         engine.add_request("generate", prompts[0], SamplingParams(max_tokens=2))
     assert refused.value.param == "model"
@@ -207,26 +221,17 @@ def test_a_causal_lm_config_over_bare_decoder_weights(
     bare decoder's (names without `model.`, no `lm_head`). Untied, there is no head to
     generate with: embeddings only. Tied, the head is the embedding table, so it also
     generates, greedily as transformers does from the same files."""
-    from transformers import AutoModel
-
     torch.manual_seed(6)
     config = hf_config("qwen3")
     config.tie_word_embeddings = tied
-    bare = AutoModel.from_config(config).eval()  # type: ignore[arg-type]
-    bare.save_pretrained(tmp_path)
-    for name, text in tokenizer_files().items():
-        (tmp_path / name).write_text(text, "utf-8")
+    bare = _save_bare_decoder(config, tmp_path)
     written = json.loads((tmp_path / "config.json").read_text())
     written["architectures"] = ["Qwen3ForCausalLM"]
     (tmp_path / "config.json").write_text(json.dumps(written))
     engine = engines.make(tmp_path)
     assert engine.model_config.embedding_only is not tied
     prompts = random_prompts(2, 5, 30, seed=13)
-    outputs = run_batch(engine, prompts, [EMBED] * 2)
-    for i, prompt in enumerate(prompts):
-        with torch.inference_mode():
-            hidden = bare(torch.tensor([prompt])).last_hidden_state[0, -1].float()
-        _close(_embedding(outputs[i]), torch.nn.functional.normalize(hidden, dim=0))
+    _embeds_as(bare, engine, prompts)
     greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     if not tied:
         with pytest.raises(InvalidRequestError, match="embeddings only"):
