@@ -36,6 +36,7 @@ import torch
 
 START = time.perf_counter()
 DEADLINE_S = 330.0  # leave room under the 6-minute budget for the e2e teardown
+TUNE_DEADLINE_S = 150.0  # `--tune` stops sweeping here, so the tables after it still run
 L2_DEFEAT_BYTES = 256 << 20
 
 
@@ -103,11 +104,28 @@ def copies_for(nbytes: int, smoke: bool) -> int:
 
 
 def copy_bandwidth(device: torch.device, smoke: bool) -> dict[str, Any]:
+    """Bytes read + written per second by the faster of a memcpy and an elementwise kernel.
+
+    The first H200 run (2026-12-04) timed `copy_` alone inside a CUDA graph: a memcpy
+    node there ran at 2.8 TB/s, below what the attention kernel itself reached, so
+    the baseline now also times a vectorised copy kernel (`torch.mul(src, 1)`) and
+    takes the faster; both are reported.
+    """
     n = (1 << 16) if smoke else (1 << 30)
-    src = torch.empty(n, dtype=torch.uint8, device=device)
+    src = torch.ones(n // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    seconds, mode = time_calls([lambda: dst.copy_(src)], device, reps=3 if smoke else 20)
-    return {"bytes": 2 * n, "seconds": seconds, "gbps": 2 * n / seconds / 1e9, "timing": mode}
+    reps = 3 if smoke else 20
+    memcpy, mode = time_calls([lambda: dst.copy_(src)], device, reps=reps)
+    kernel, _ = time_calls([lambda: torch.mul(src, 1.0, out=dst)], device, reps=reps)
+    seconds = min(memcpy, kernel)
+    return {
+        "bytes": 2 * n,
+        "seconds": seconds,
+        "gbps": 2 * n / seconds / 1e9,
+        "memcpy_gbps": 2 * n / memcpy / 1e9,
+        "kernel_gbps": 2 * n / kernel / 1e9,
+        "timing": mode,
+    }
 
 
 def decode_cases(smoke: bool) -> list[dict[str, Any]]:
@@ -266,7 +284,7 @@ def matmul_cases(smoke: bool) -> list[tuple[int, int, int]]:
     if smoke:
         return [(m, 256, 96) for m in (1, 8)]
     shapes = [(4096, 4096), (4096, 14336), (14336, 4096)]  # (K, N): x[M, K] @ W[K, N]
-    return [(m, k, n) for (k, n) in shapes for m in (1, 8, 64, 512)]
+    return [(m, k, n) for (k, n) in shapes for m in (1, 4, 8, 64, 512)]
 
 
 def bench_matmul(m: int, k: int, n: int, device: torch.device, smoke: bool) -> dict[str, Any]:
@@ -359,12 +377,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def run_e2e(device: torch.device, smoke: bool) -> dict[str, Any]:
+def run_e2e(device: torch.device, smoke: bool, quantized: bool = False) -> dict[str, Any]:
     """Decode tokens/s of transformers `generate` and of the Hydrant engine, batch 1 and 64.
 
     The engine runs with its decode CUDA graphs (the default) and then, if the
     deadline allows, with `enforce_eager`; `vs_eager` is what the graphs gain.
+    With `quantized` it also runs with int8 and int4 weights (quantized at load),
+    where batch 1 shows what the decode GEMV kernels buy end to end.
     """
+    e2e_deadline = DEADLINE_S + (120.0 if quantized else 0.0)
     try:
         from hydrant.engine.engine_config import EngineConfig
         from hydrant.engine.llm_engine import LLMEngine
@@ -415,9 +436,18 @@ def run_e2e(device: torch.device, smoke: bool) -> dict[str, Any]:
         graphs_seconds = 0.0
         out["graph_replays"], out["engine_error"] = {}, {}
         engine: Any = None
-        for system, eager in (("hydrant", False), ("hydrant eager", True)):
-            if eager and time.perf_counter() - START + graphs_seconds > DEADLINE_S:
-                log("deadline near: the enforce_eager engine run is skipped")
+        systems: list[tuple[str, bool, str | None]] = [
+            ("hydrant", False, None),
+            ("hydrant eager", True, None),
+        ]
+        if quantized:
+            systems += [
+                ("hydrant int8 weights", False, "int8"),
+                ("hydrant int4 weights", False, "int4"),
+            ]
+        for system, eager, quantization in systems:
+            if system != "hydrant" and time.perf_counter() - START + graphs_seconds > e2e_deadline:
+                log(f"deadline near: the {system} engine run is skipped")
                 break
             started_system = time.perf_counter()
             try:
@@ -429,6 +459,7 @@ def run_e2e(device: torch.device, smoke: bool) -> dict[str, Any]:
                         show_progress=False,
                         max_num_seqs=max(batches),
                         enforce_eager=eager,
+                        quantization=quantization,  # type: ignore[arg-type]
                     ),
                 )
                 out["rows"].extend(_engine_decode(engine, system, prompts, params, batches))
@@ -442,7 +473,7 @@ def run_e2e(device: torch.device, smoke: bool) -> dict[str, Any]:
             gc.collect()  # the engine holds most of the GPU (its KV cache): free it for the next
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            if not eager:
+            if system == "hydrant":
                 graphs_seconds = time.perf_counter() - started_system
     by_system = {(r["system"], r["batch"]): r["tokens_per_s"] for r in out["rows"]}
     for row in out["rows"]:
@@ -483,11 +514,58 @@ def _engine_decode(
     return rows
 
 
+def run_sweeps(
+    device: torch.device, smoke: bool, copy_gbps: float, results: dict[str, Any]
+) -> None:
+    """`--tune`: time each candidate launch shape of the decode kernels (gpu_tuning.py)."""
+    import gpu_tuning
+
+    deadline = START + TUNE_DEADLINE_S
+    log("tuning sweep: decode attention tiles")
+    results["tune_decode"] = gpu_tuning.sweep_decode(
+        device, smoke, time_calls, rel_err, copy_gbps, deadline
+    )
+    print_table(
+        "decode attention candidates (block_n/warps/stages)",
+        results["tune_decode"],
+        ["batch", "context", "kv", "config", "rel_err", "us", "share_of_copy", "error"],
+    )
+    log("tuning sweep: GEMV shapes")
+    results["tune_gemv"] = gpu_tuning.sweep_gemv(
+        device, smoke, time_calls, rel_err, copies_for, deadline
+    )
+    print_table(
+        "GEMV candidates (block_n/block_k/warps/stages), speedup vs float16 torch.matmul",
+        results["tune_gemv"],
+        [
+            "m",
+            "k",
+            "n",
+            "config",
+            "fp16_us",
+            "w8_us",
+            "w4_us",
+            "w8_speedup",
+            "w4_speedup",
+            "w4_err",
+            "error",
+        ],
+    )
+    results["tune_winners"] = gpu_tuning.apply_winners(results["tune_decode"], results["tune_gemv"])
+    log(f"sweep winners, used from here on: {results['tune_winners']}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for gpu_kernels.json")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, CPU interpreter OK")
     parser.add_argument("--e2e", action="store_true", help="engine vs transformers decode")
+    parser.add_argument(
+        "--tune", action="store_true", help="sweep decode GEMV and attention launch shapes"
+    )
+    parser.add_argument(
+        "--e2e-quant", action="store_true", help="--e2e, and the engine with int8/int4 weights"
+    )
     args = parser.parse_args(argv)
     if torch.cuda.is_available() and not args.smoke:
         device = torch.device("cuda")
@@ -507,7 +585,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     copy = copy_bandwidth(device, args.smoke)
     results["copy"] = copy
-    log(f"copy bandwidth {copy['gbps']:.0f} GB/s ({copy['timing']})")
+    log(
+        f"copy bandwidth {copy['gbps']:.0f} GB/s (memcpy {copy['memcpy_gbps']:.0f}, "
+        f"copy kernel {copy['kernel_gbps']:.0f}; {copy['timing']})"
+    )
+    if args.tune:
+        run_sweeps(device, args.smoke, copy["gbps"], results)
     results["decode_attention"] = []
     for case in decode_cases(args.smoke):
         log(f"decode attention {case}")
@@ -540,8 +623,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "pass",
         ],
     )
-    if args.e2e:
-        results["e2e"] = run_e2e(device, args.smoke)
+    if args.e2e or args.e2e_quant:
+        results["e2e"] = run_e2e(device, args.smoke, quantized=args.e2e_quant)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_kernels.json").write_text(json.dumps(results, indent=1, default=str))
     log(f"wrote {args.out / 'gpu_kernels.json'}")

@@ -22,6 +22,7 @@ per-token K scale, probabilities by the per-token V scale before `P @ V`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -40,6 +41,24 @@ from hydrant.kernels.triton_support import (
 )
 
 LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class DecodeTile:
+    """Tokens per loop step, warps and pipeline depth of one decode program."""
+
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# By cache dtype (quantized or not): the best of the H200 sweep (bench/gpu_kernels.py
+# --tune, 2026-12-04). float16 reads at 70-94% of copy bandwidth; int8 only at 31-43%
+# (128 tokens a step is 1.45x its first 64-token tile, but still short of float16).
+DECODE_TILES = {
+    False: DecodeTile(block_n=64, num_warps=4, num_stages=3),
+    True: DecodeTile(block_n=128, num_warps=4, num_stages=2),
+}
 NEG_BIG: tl.constexpr = tl.constexpr(-1.0e30)
 
 
@@ -207,9 +226,12 @@ def paged_decode_attention(
     v_scale: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
-    block_n: int = 64,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
-    """Launch the decode kernel; `num_splits`/`block_n` are tuning knobs (tests pin them)."""
+    """Launch the decode kernel; `num_splits`, `block_n`, `num_warps` and `num_stages` are
+    tuning knobs (tests pin the first two, bench/gpu_kernels.py sweeps them)."""
     quantized = check_attention(q, k_cache, v_cache, block_tables, context_lens, k_scale, v_scale)
     check_triton_device(q.device)
     require_unit_stride(q, "q")
@@ -223,6 +245,8 @@ def paged_decode_attention(
     ):
         if tensor is not None:
             require_contiguous(tensor, name)
+    tile = DECODE_TILES[quantized]
+    block_n = block_n or tile.block_n
     require(block_n >= 16 and block_n & (block_n - 1) == 0, "block_n must be a power of 2 >= 16")
     batch, num_heads, head_dim = q.shape
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
@@ -278,7 +302,8 @@ def paged_decode_attention(
         SPLIT=splits > 1,
         COMPUTE=dot_dtype(q.dtype),
         PRECISION=dot_precision(q.dtype),
-        num_warps=4,
+        num_warps=num_warps or tile.num_warps,
+        num_stages=num_stages or tile.num_stages,
     )
     if splits > 1:
         _combine_kernel[(batch, num_heads)](

@@ -27,8 +27,23 @@ class MatmulConfig:
     num_stages: int
 
 
+# A tile for decode batches (M <= 16) chosen on a GPU (bench/gpu_kernels.py --tune); None
+# keeps the split-K heuristic below. Its block_k is capped by `max_block_k` like any other.
+DECODE_TILE: MatmulConfig | None = None
+
+
 def matmul_config(m: int, n: int, k: int, device: torch.device, max_block_k: int) -> MatmulConfig:
     """Tile shape by M; split K at small M until there are about two programs per SM."""
+    if m <= 16 and DECODE_TILE is not None:
+        tile = DECODE_TILE
+        return MatmulConfig(
+            tile.block_m,
+            tile.block_n,
+            min(tile.block_k, max_block_k),
+            tile.split_k,
+            tile.num_warps,
+            tile.num_stages,
+        )
     if m <= 16:
         block_m, block_n, warps, stages = 16, 64, 4, 4
     elif m <= 64:

@@ -369,12 +369,17 @@ def test_a_worker_builds_its_engine_with_the_setting(model_dir: Path, eager: boo
 
 # ---- on a GPU: the real capture --------------------------------------------------------------
 
-GPU_CONFIGS: list[dict[str, Any]] = [{}, {"kv_cache_dtype": "int8"}, {"quantization": "int8"}]
+GPU_CONFIGS: list[dict[str, Any]] = [
+    {},
+    {"kv_cache_dtype": "int8"},
+    {"quantization": "int8"},
+    {"quantization": "int4", "kv_cache_dtype": "int8"},  # the W4A16 GEMV inside the graphs
+]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("extra", GPU_CONFIGS, ids=["float", "kv-int8", "w8a16"])
+@pytest.mark.parametrize("extra", GPU_CONFIGS, ids=["float", "kv-int8", "w8a16", "w4a16-kv-int8"])
 def test_graph_decode_is_token_identical_to_eager_on_cuda(
     model_dir: Path, engines: EngineTracker, extra: dict[str, Any]
 ) -> None:

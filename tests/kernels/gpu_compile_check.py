@@ -30,7 +30,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler import compile as compile_kernel
 
-from hydrant.kernels import activation, kv_write, quant_matmul, rms_norm, rotary
+from hydrant.kernels import activation, kv_write, quant_gemv, quant_matmul, rms_norm, rotary
 from hydrant.kernels import decode_attention as decode
 from hydrant.kernels import prefill_attention as prefill
 
@@ -45,6 +45,7 @@ DIVISIBLE = {
     "N",
     "k_per_split",
     "group_size",
+    "num_groups",
     "tokens_per_split",
     "block_size",
 }
@@ -203,6 +204,35 @@ CASES: list[tuple[str, Any, dict[str, str], dict[str, Any], int]] = [
         },
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "COMPUTE": tl.bfloat16, "PRECISION": "tf32"},
         8,
+    ),
+    (
+        "w8a16 gemv",
+        quant_gemv._w8a16_gemv_kernel,
+        {"x_ptr": "*fp16", "w_ptr": "*i8", "scales_ptr": "*fp16", "out_ptr": "*fp16"},
+        {
+            "BLOCK_N": quant_gemv.W8A16_GEMV.block_n,
+            "BLOCK_K": quant_gemv.W8A16_GEMV.block_k,
+            "FAST_CONVERT": True,
+        },
+        quant_gemv.W8A16_GEMV.num_warps,
+    ),
+    (
+        "w4a16 gemv",
+        quant_gemv._w4a16_gemv_kernel,
+        {
+            "x_ptr": "*bf16",
+            "w_ptr": "*u8",
+            "scales_ptr": "*bf16",
+            "zeros_ptr": "*u8",
+            "out_ptr": "*bf16",
+        },
+        {
+            "BLOCK_N": quant_gemv.W4A16_GEMV.block_n,
+            "GROUPS": quant_gemv.W4A16_GEMV.block_k // 128,
+            "GROUP_BYTES": 64,
+            "FAST_CONVERT": True,
+        },
+        quant_gemv.W4A16_GEMV.num_warps,
     ),
 ]
 
