@@ -1,6 +1,6 @@
 # mypy: disable-error-code="no-untyped-def"
 # (Triton reads parameter annotations as kernel types, so @triton.jit signatures stay bare.)
-"""Triton kernels: weight-only dequantizing matrix-vector products for decode (M of 1-4).
+"""Triton kernels: weight-only dequantizing matrix-vector products for one-row decode.
 
 At decode a linear layer reads every weight byte for a handful of activation
 rows, so the only thing that matters is how close the weight read gets to the
@@ -15,11 +15,16 @@ tiles along contiguous rows, are dequantized in registers, and multiply-add
 into a float32 accumulator of the tile's shape that is reduced once at the
 end. There is no split and no second launch, and each output is summed in
 one fixed order, so results are deterministic. Rows of a batch are separate
-programs (grid axis 1): for M of 2-4 they re-read the weights from L2.
+programs (grid axis 1): they re-read the weights, so from M=2 the tiled
+kernel wins and only M=1 is sent here (`GEMV_MAX_M`).
 
 W4A16 tiles cover whole quantization groups (`BLOCK_K` is a multiple of
 `group_size`), loaded as `[BLOCK_N, groups, group_size // 2]` bytes so each
 group's scale and zero point broadcast along the group without a gather.
+Its known limit: the even and odd activations a byte's two nibbles meet are
+loaded in another layout than the weight tile and move through shared memory
+(four barriers a loop step in the sm_90 SASS), so W4A16 is bound by
+instructions, not bandwidth (1.2-1.45x float16 where W8A16 reaches 1.5-1.8x).
 """
 
 from __future__ import annotations

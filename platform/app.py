@@ -29,6 +29,7 @@ from hydrant.platform.http.hardening import cors_config, hardening_middleware
 from hydrant.platform.http.openapi import declare_error_responses, openapi_config
 from hydrant.platform.http.request_id import add_request_id_header
 from hydrant.platform.inference.controllers import InferenceController, ScoringController
+from hydrant.platform.inference.responses_seal import ResponseSealer
 from hydrant.platform.inference.responses_store import ResponseStore
 from hydrant.platform.inference.tokenization import TokenizationController
 from hydrant.platform.metrics import GatewayMetrics, bearer_token_guard, metrics_route
@@ -122,7 +123,9 @@ def create_app(
     if gateway is not None:
         app.state.registry = gateway.registry
         app.state.inference = gateway.inference
-        app.state.responses = ResponseStore(db, settings.responses_store_days)
+        # The authenticator's secret (resolved once): one read, one warning if it is unset.
+        sealer = ResponseSealer(lambda: app.state.authenticator.server_secret)
+        app.state.responses = ResponseStore(db, settings.responses_store_days, sealer)
         app.state.abuse = gateway.abuse
         app.state.gateway = gateway
     return app

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hydrant.b64url import b64url_decode, b64url_encode
+from hydrant.platform.auth import secret
 
 SESSION_COOKIE = "hydrant_session"
 CSRF_COOKIE = "hydrant_csrf"
@@ -29,7 +30,7 @@ _VERSION = "v1"
 
 def derive_key(server_secret: bytes, purpose: str) -> bytes:
     """A key of its own per use, so a session signature can never double as an API key HMAC."""
-    return hmac.new(server_secret, f"hydrant-web:{purpose}".encode(), hashlib.sha256).digest()
+    return secret.derive_key(server_secret, f"hydrant-web:{purpose}")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ its own, so that case is logged loudly.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import secrets
@@ -24,6 +26,12 @@ from hydrant.settings import Settings
 log = logging.getLogger(__name__)
 
 SECRET_FILE_NAME = "secret.key"  # noqa: S105 - a file name, not a secret
+
+
+def derive_key(server_secret: bytes, label: str) -> bytes:
+    """A 32-byte key of its own per use of the server secret (HMAC-SHA256 of the label),
+    so a cookie signature, a sealed stored answer and a key hash never share a key."""
+    return hmac.new(server_secret, label.encode(), hashlib.sha256).digest()
 
 
 def secret_file(settings: Settings) -> Path:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     Numeric,
     String,
     UniqueConstraint,
@@ -334,8 +335,11 @@ class StoredResponse(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     model: Mapped[str] = mapped_column(String(200))
-    input_items: Mapped[list[Any]] = mapped_column(JSON)
-    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The conversation, AES-GCM sealed (`inference/responses_seal.py`). The two plain
+    # columns hold rows stored before sealing (migration 0005) until they expire.
+    sealed: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    input_items: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    body: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 

@@ -10,7 +10,7 @@ earlier turn of its chain, then its own, then its output. A follow-up names it a
 `HYDRANT_RESPONSES_STORE_DAYS` (0 stores nothing, and `previous_response_id` is then
 refused); expired rows are never read, and an hourly job (`hydrant.responses.purge`,
 on the gateway's loop or Celery beat) deletes them. What a stored answer holds is the
-tenant's prompts: it is never logged.
+tenant's prompts: it is never logged, and it is sealed at rest (`responses_seal.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,6 +32,7 @@ from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.models import StoredResponse
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import InvalidRequest, NotFound, ServiceUnavailable
+from hydrant.platform.inference.responses_seal import ResponseSealer, UnreadableAnswer
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +71,22 @@ async def purge_expired(database: Database, now: datetime) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+@dataclass(frozen=True)
+class StoredAnswer:
+    """A stored answer as read back: opened, whether it was stored sealed or (from before
+    migration 0005) plain."""
+
+    id: str
+    model: str
+    input_items: list[Any]
+    body: dict[str, Any]
+
+
 class ResponseStore:
-    def __init__(self, database: Database, days: int) -> None:
+    def __init__(self, database: Database, days: int, sealer: ResponseSealer) -> None:
         self._database = database
         self._keep = timedelta(days=max(days, 0))
+        self._sealer = sealer
 
     @property
     def enabled(self) -> bool:
@@ -93,12 +107,12 @@ class ResponseStore:
         """Keep an answer; False (logged, nothing else) when the database would not take it:
         the client still gets its answer, marked as not stored."""
         now = utcnow()
+        sealed = self._sealer.seal(tenant_id, response["id"], {"input": items, "body": response})
         row = StoredResponse(
             id=response["id"],
             tenant_id=tenant_id,
             model=response["model"],
-            input_items=items,
-            body=response,
+            sealed=sealed,
             created_at=now,
             expires_at=now + self._keep,
         )
@@ -120,7 +134,14 @@ class ResponseStore:
 
     async def get(
         self, tenant_id: str | None, response_id: str, param: str | None = None
+    ) -> StoredAnswer:
+        row = await self._row(tenant_id, response_id, param)
+        return self._open(row.tenant_id, row, param)
+
+    async def _row(
+        self, tenant_id: str | None, response_id: str, param: str | None = None
     ) -> StoredResponse:
+        """The tenant's unexpired row, still sealed."""
         if tenant_id is None or not self.enabled:
             raise _missing(response_id, param)
         async with self._reading() as session:
@@ -135,8 +156,25 @@ class ResponseStore:
             raise _missing(response_id, param)
         return row
 
+    def _open(self, tenant_id: str, row: StoredResponse, param: str | None) -> StoredAnswer:
+        if row.sealed is None:  # stored before sealing (migration 0005)
+            return StoredAnswer(row.id, row.model, row.input_items or [], row.body or {})
+        try:
+            payload = self._sealer.open(tenant_id, row.id, row.sealed)
+        except UnreadableAnswer as exc:
+            # Sealed under another server secret (rotated) or damaged: absent to the
+            # client, as it will be once it expires; the reason only (no content) is logged.
+            log.warning(
+                "a stored response could not be opened",
+                extra={"event": "response_unreadable", "response_id": row.id, "error": str(exc)},
+            )
+            raise _missing(row.id, param) from None
+        return StoredAnswer(row.id, row.model, payload["input"], payload["body"])
+
     async def delete(self, tenant_id: str | None, response_id: str) -> None:
-        row = await self.get(tenant_id, response_id)
+        """Deleting needs no opening: a tenant can delete an answer sealed under an earlier
+        server secret too."""
+        row = await self._row(tenant_id, response_id)
         async with self._reading() as session:
             await session.execute(delete(StoredResponse).where(StoredResponse.id == row.id))
 
@@ -149,5 +187,5 @@ class ResponseStore:
                 "the whole conversation in input",
                 param="previous_response_id",
             )
-        row = await self.get(tenant_id, response_id, param="previous_response_id")
-        return [*row.input_items, *row.body.get("output", [])]
+        answer = await self.get(tenant_id, response_id, param="previous_response_id")
+        return [*answer.input_items, *answer.body.get("output", [])]
