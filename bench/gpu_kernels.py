@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,98 +34,19 @@ from typing import Any
 
 import torch
 
-START = time.perf_counter()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_common import (
+    START,
+    copies_for,
+    copy_bandwidth,
+    decode_inputs,
+    log,
+    rel_err,
+    time_calls,
+)
+
 DEADLINE_S = 330.0  # leave room under the 6-minute budget for the e2e teardown
 TUNE_DEADLINE_S = 150.0  # `--tune` stops sweeping here, so the tables after it still run
-L2_DEFEAT_BYTES = 256 << 20
-
-
-def log(message: str) -> None:
-    print(f"[{time.perf_counter() - START:6.1f}s] {message}", flush=True)
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out64, ref64 = out.double(), ref.double()
-    return float((out64 - ref64).norm() / ref64.norm().clamp(min=1e-30))
-
-
-def time_calls(
-    calls: list[Callable[[], Any]], device: torch.device, reps: int
-) -> tuple[float, str]:
-    """Seconds per call, cycling through `calls` (one per operand copy)."""
-    for fn in calls:
-        fn()
-    if device.type != "cuda":
-        started = time.perf_counter()
-        for _ in range(reps):
-            for fn in calls:
-                fn()
-        return (time.perf_counter() - started) / (reps * len(calls)), "cpu"
-    torch.cuda.synchronize()
-    try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for fn in calls:
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(reps):
-                for fn in calls:
-                    fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        runner, mode = graph.replay, "graph"
-        count = 1
-    except Exception as exc:  # capture is an optimisation; eager timing still answers
-        log(f"  graph capture failed ({type(exc).__name__}: {exc}); timing eagerly")
-
-        def runner() -> None:
-            for _ in range(reps):
-                for fn in calls:
-                    fn()
-
-        mode, count = "eager", 1
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(5):
-        start.record()
-        for _ in range(count):
-            runner()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / (reps * len(calls)))
-    return sorted(samples)[len(samples) // 2], mode
-
-
-def copies_for(nbytes: int, smoke: bool) -> int:
-    return 1 if smoke else max(1, math.ceil(L2_DEFEAT_BYTES / max(nbytes, 1)))
-
-
-def copy_bandwidth(device: torch.device, smoke: bool) -> dict[str, Any]:
-    """Bytes read + written per second by the faster of a memcpy and an elementwise kernel.
-
-    The first H200 run (2026-12-04) timed `copy_` alone inside a CUDA graph: a memcpy
-    node there ran at 2.8 TB/s, below what the attention kernel itself reached, so
-    the baseline now also times a vectorised copy kernel (`torch.mul(src, 1)`) and
-    takes the faster; both are reported.
-    """
-    n = (1 << 16) if smoke else (1 << 30)
-    src = torch.ones(n // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    reps = 3 if smoke else 20
-    memcpy, mode = time_calls([lambda: dst.copy_(src)], device, reps=reps)
-    kernel, _ = time_calls([lambda: torch.mul(src, 1.0, out=dst)], device, reps=reps)
-    seconds = min(memcpy, kernel)
-    return {
-        "bytes": 2 * n,
-        "seconds": seconds,
-        "gbps": 2 * n / seconds / 1e9,
-        "memcpy_gbps": 2 * n / memcpy / 1e9,
-        "kernel_gbps": 2 * n / kernel / 1e9,
-        "timing": mode,
-    }
 
 
 def decode_cases(smoke: bool) -> list[dict[str, Any]]:
@@ -148,39 +69,15 @@ def bench_decode(
 ) -> dict[str, Any]:
     from hydrant.kernels import ops, reference
 
-    b, ctx, h, hkv, d = (case[k] for k in ("batch", "context", "heads", "kv_heads", "head_dim"))
-    block = 16
-    per_seq = math.ceil(ctx / block)
-    gen = torch.Generator(device=device).manual_seed(0)
-    int8 = case["kv"] == "int8"
-    ks: torch.Tensor | None
-    vs: torch.Tensor | None
-    shape = (b * per_seq, block, hkv, d)
-    if int8:
-        k = torch.randint(-127, 128, shape, dtype=torch.int8, device=device, generator=gen)
-        v = torch.randint(-127, 128, shape, dtype=torch.int8, device=device, generator=gen)
-        ks = torch.rand(shape[:3], device=device, generator=gen) * 0.02
-        vs = torch.rand(shape[:3], device=device, generator=gen) * 0.02
-    else:
-        k = torch.randn(shape, dtype=torch.float16, device=device, generator=gen)
-        v = torch.randn(shape, dtype=torch.float16, device=device, generator=gen)
-        ks = vs = None
-    perm = torch.randperm(b * per_seq, device=device, generator=gen)
-    tables = perm.view(b, per_seq).to(torch.int32)
-    lens = torch.full((b,), ctx, dtype=torch.int32, device=device)
-    q = torch.randn(b, h, d, dtype=torch.float16, device=device, generator=gen)
-    scale = d**-0.5
+    keys = ("batch", "context", "heads", "kv_heads", "head_dim", "kv")
+    inputs = decode_inputs(*(case[k] for k in keys), device)
+    operands = (inputs.q, inputs.k, inputs.v, inputs.tables, inputs.lens, case["head_dim"] ** -0.5)
 
     def run() -> torch.Tensor:
-        return ops.paged_decode_attention(
-            q, k, v, tables, lens, scale, k_scale=ks, v_scale=vs, backend="triton"
-        )
+        return ops.paged_decode_attention(*operands, **inputs.scales, backend="triton")
 
-    err = rel_err(
-        run(),
-        reference.paged_decode_attention(q, k, v, tables, lens, scale, k_scale=ks, v_scale=vs),
-    )
-    kv_bytes = 2 * b * ctx * hkv * (d * k.element_size() + (4 if int8 else 0))
+    err = rel_err(run(), reference.paged_decode_attention(*operands, **inputs.scales))
+    kv_bytes = inputs.kv_bytes
     seconds, mode = time_calls([run], device, reps=1 if smoke else 20)
     gbps = kv_bytes / seconds / 1e9
     share = gbps / copy_gbps
@@ -459,7 +356,7 @@ def run_e2e(device: torch.device, smoke: bool, quantized: bool = False) -> dict[
                         show_progress=False,
                         max_num_seqs=max(batches),
                         enforce_eager=eager,
-                        quantization=quantization,  # type: ignore[arg-type]
+                        quantization=quantization,
                     ),
                 )
                 out["rows"].extend(_engine_decode(engine, system, prompts, params, batches))
@@ -522,18 +419,14 @@ def run_sweeps(
 
     deadline = START + TUNE_DEADLINE_S
     log("tuning sweep: decode attention tiles")
-    results["tune_decode"] = gpu_tuning.sweep_decode(
-        device, smoke, time_calls, rel_err, copy_gbps, deadline
-    )
+    results["tune_decode"] = gpu_tuning.sweep_decode(device, smoke, copy_gbps, deadline)
     print_table(
         "decode attention candidates (block_n/warps/stages)",
         results["tune_decode"],
         ["batch", "context", "kv", "config", "rel_err", "us", "share_of_copy", "error"],
     )
     log("tuning sweep: GEMV shapes")
-    results["tune_gemv"] = gpu_tuning.sweep_gemv(
-        device, smoke, time_calls, rel_err, copies_for, deadline
-    )
+    results["tune_gemv"] = gpu_tuning.sweep_gemv(device, smoke, deadline)
     print_table(
         "GEMV candidates (block_n/block_k/warps/stages), speedup vs float16 torch.matmul",
         results["tune_gemv"],

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from gpu_common import copies_for, decode_inputs, rel_err, time_calls
 
-# The GEMV loads go straight to registers (no
-# shared-memory pipeline), so num_stages changes nothing there; occupancy and bytes per
-# loop step are what vary. None of these spills on sm_90 (compiled without a GPU).
+# The GEMV loads go straight to registers (no shared-memory pipeline), so num_stages
+# changes nothing there; occupancy and bytes per loop step are what vary. None of these
+# spills on sm_90 (compiled without a GPU).
 GEMV_CANDIDATES = [  # (block_n, block_k, num_warps, num_stages, fast_convert)
     (8, 1024, 4, 3, False),  # the first sweep's best, with prefetch but the slow conversion
     (4, 512, 2, 3, True),
@@ -54,14 +55,7 @@ GEMV_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096)]  # (K, N), Llama-8B l
 GEMV_ROWS = (1, 2, 4)
 
 
-def sweep_gemv(
-    device: torch.device,
-    smoke: bool,
-    timer: Callable[[list[Callable[[], Any]], torch.device, int], tuple[float, str]],
-    rel_err: Callable[[torch.Tensor, torch.Tensor], float],
-    copies_for: Callable[[int, bool], int],
-    deadline: float,
-) -> list[dict[str, Any]]:
+def sweep_gemv(device: torch.device, smoke: bool, deadline: float) -> list[dict[str, Any]]:
     """Each candidate shape of both GEMV kernels at every (K, N) and M, vs float16 matmul."""
     from hydrant.kernels import quant_gemv, quant_matmul, reference
     from hydrant.kernels.matmul_config import MatmulConfig, matmul_config
@@ -86,7 +80,9 @@ def sweep_gemv(
                 return rows
             x = torch.randn(m, k, dtype=torch.float16, device=device, generator=gen)
             reps = 1 if smoke else 10
-            base, _ = timer([functools.partial(torch.matmul, x, w.t()) for w in fp16], device, reps)
+            base, _ = time_calls(
+                [functools.partial(torch.matmul, x, w.t()) for w in fp16], device, reps
+            )
             ref8 = reference.w8a16_matmul(x, q8, s8)
             ref4 = reference.w4a16_matmul(x, q4, s4, z4, 128)
             tiled = matmul_config(m, n, k, device, max_block_k=128)
@@ -121,9 +117,11 @@ def sweep_gemv(
                 row["fp16_us"] = base * 1e6
                 try:
                     row["w8_err"] = rel_err(w8a16(x, q8, s8), ref8)
-                    t8, _ = timer([functools.partial(w8a16, x, *a) for a in w8], device, reps)
+                    t8, _ = time_calls([functools.partial(w8a16, x, *a) for a in w8], device, reps)
                     row["w4_err"] = rel_err(w4a16(x, q4, s4, z4, 128), ref4)
-                    t4, _ = timer([functools.partial(w4a16, x, *a, 128) for a in w4], device, reps)
+                    t4, _ = time_calls(
+                        [functools.partial(w4a16, x, *a, 128) for a in w4], device, reps
+                    )
                 except Exception as exc:  # a candidate that does not compile is a result too
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
                     rows.append(row)
@@ -136,41 +134,19 @@ def sweep_gemv(
 
 
 def sweep_decode(
-    device: torch.device,
-    smoke: bool,
-    timer: Callable[[list[Callable[[], Any]], torch.device, int], tuple[float, str]],
-    rel_err: Callable[[torch.Tensor, torch.Tensor], float],
-    copy_gbps: float,
-    deadline: float,
+    device: torch.device, smoke: bool, copy_gbps: float, deadline: float
 ) -> list[dict[str, Any]]:
     """Each candidate decode tile, float16 and int8 caches, at two Llama-8B decode shapes."""
     from hydrant.kernels import decode_attention, reference
 
     rows: list[dict[str, Any]] = []
-    h, hkv, d, block = (8, 2, 64, 16) if smoke else (32, 8, 128, 16)
+    h, hkv, d = (8, 2, 64) if smoke else (32, 8, 128)
     candidates = DECODE_CANDIDATES[:2] if smoke else DECODE_CANDIDATES
     for b, ctx in ((2, 40),) if smoke else ((64, 2048), (1, 32768)):
         for kv in ("float16", "int8"):
-            gen = torch.Generator(device=device).manual_seed(0)
-            per_seq = math.ceil(ctx / block)
-            shape = (b * per_seq, block, hkv, d)
-            scales: dict[str, torch.Tensor | None] = {"k_scale": None, "v_scale": None}
-            if kv == "int8":
-                k = torch.randint(-127, 128, shape, dtype=torch.int8, device=device, generator=gen)
-                v = torch.randint(-127, 128, shape, dtype=torch.int8, device=device, generator=gen)
-                scales = {
-                    name: torch.rand(shape[:3], device=device, generator=gen) * 0.02
-                    for name in ("k_scale", "v_scale")
-                }
-            else:
-                k = torch.randn(shape, dtype=torch.float16, device=device, generator=gen)
-                v = torch.randn(shape, dtype=torch.float16, device=device, generator=gen)
-            perm = torch.randperm(b * per_seq, device=device, generator=gen)
-            tables = perm.view(b, per_seq).to(torch.int32)
-            lens = torch.full((b,), ctx, dtype=torch.int32, device=device)
-            q = torch.randn(b, h, d, dtype=torch.float16, device=device, generator=gen)
-            ref = reference.paged_decode_attention(q, k, v, tables, lens, d**-0.5, **scales)
-            kv_bytes = 2 * b * ctx * hkv * (d * k.element_size() + (4 if kv == "int8" else 0))
+            inputs = decode_inputs(b, ctx, h, hkv, d, kv, device)
+            operands = (inputs.q, inputs.k, inputs.v, inputs.tables, inputs.lens, d**-0.5)
+            ref = reference.paged_decode_attention(*operands, **inputs.scales)
             for bn, warps, stages in candidates:
                 if time.perf_counter() > deadline:
                     return rows
@@ -179,20 +155,22 @@ def sweep_decode(
 
                 run = functools.partial(
                     decode_attention.paged_decode_attention,
-                    *(q, k, v, tables, lens, d**-0.5),
+                    *operands,
                     block_n=bn,
                     num_warps=warps,
                     num_stages=stages,
-                    **scales,
+                    **inputs.scales,
                 )
                 try:
                     row["rel_err"] = rel_err(run(), ref)
-                    seconds, _ = timer([run], device, 1 if smoke else 20)
+                    seconds, _ = time_calls([run], device, 1 if smoke else 20)
                 except Exception as exc:
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
                     rows.append(row)
                     continue
-                row.update(us=seconds * 1e6, share_of_copy=kv_bytes / seconds / 1e9 / copy_gbps)
+                row.update(
+                    us=seconds * 1e6, share_of_copy=inputs.kv_bytes / seconds / 1e9 / copy_gbps
+                )
                 rows.append(row)
     return rows
 

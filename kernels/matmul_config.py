@@ -9,7 +9,7 @@ partials that `finish` sums, which is deterministic and needs no atomics.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -35,15 +35,7 @@ DECODE_TILE: MatmulConfig | None = None
 def matmul_config(m: int, n: int, k: int, device: torch.device, max_block_k: int) -> MatmulConfig:
     """Tile shape by M; split K at small M until there are about two programs per SM."""
     if m <= 16 and DECODE_TILE is not None:
-        tile = DECODE_TILE
-        return MatmulConfig(
-            tile.block_m,
-            tile.block_n,
-            min(tile.block_k, max_block_k),
-            tile.split_k,
-            tile.num_warps,
-            tile.num_stages,
-        )
+        return replace(DECODE_TILE, block_k=min(DECODE_TILE.block_k, max_block_k))
     if m <= 16:
         block_m, block_n, warps, stages = 16, 64, 4, 4
     elif m <= 64:

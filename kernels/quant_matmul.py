@@ -38,10 +38,7 @@ from hydrant.kernels.quant_gemv import (
     w4a16_gemv,
     w8a16_gemv,
 )
-from hydrant.kernels.triton_support import (
-    dot_dtype,
-    dot_precision,
-)
+from hydrant.kernels.triton_support import dot_dtype, dot_precision
 
 
 @triton.jit

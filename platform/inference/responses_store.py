@@ -76,8 +76,6 @@ class StoredAnswer:
     """A stored answer as read back: opened, whether it was stored sealed or (from before
     migration 0005) plain."""
 
-    id: str
-    model: str
     input_items: list[Any]
     body: dict[str, Any]
 
@@ -135,8 +133,7 @@ class ResponseStore:
     async def get(
         self, tenant_id: str | None, response_id: str, param: str | None = None
     ) -> StoredAnswer:
-        row = await self._row(tenant_id, response_id, param)
-        return self._open(row.tenant_id, row, param)
+        return self._open(await self._row(tenant_id, response_id, param), param)
 
     async def _row(
         self, tenant_id: str | None, response_id: str, param: str | None = None
@@ -156,11 +153,11 @@ class ResponseStore:
             raise _missing(response_id, param)
         return row
 
-    def _open(self, tenant_id: str, row: StoredResponse, param: str | None) -> StoredAnswer:
+    def _open(self, row: StoredResponse, param: str | None) -> StoredAnswer:
         if row.sealed is None:  # stored before sealing (migration 0005)
-            return StoredAnswer(row.id, row.model, row.input_items or [], row.body or {})
+            return StoredAnswer(row.input_items or [], row.body or {})
         try:
-            payload = self._sealer.open(tenant_id, row.id, row.sealed)
+            payload = self._sealer.open(row.tenant_id, row.id, row.sealed)
         except UnreadableAnswer as exc:
             # Sealed under another server secret (rotated) or damaged: absent to the
             # client, as it will be once it expires; the reason only (no content) is logged.
@@ -169,7 +166,7 @@ class ResponseStore:
                 extra={"event": "response_unreadable", "response_id": row.id, "error": str(exc)},
             )
             raise _missing(row.id, param) from None
-        return StoredAnswer(row.id, row.model, payload["input"], payload["body"])
+        return StoredAnswer(payload["input"], payload["body"])
 
     async def delete(self, tenant_id: str | None, response_id: str) -> None:
         """Deleting needs no opening: a tenant can delete an answer sealed under an earlier
