@@ -14,7 +14,9 @@
 #   run(command="bash bench/gpu_device.sh", carry=[".whl"], timeout_s=560)
 #
 # Logs and gpu_kernels.json land under $OUT. A failing test does not stop the bench.
-# HYDRANT_GPU_TESTS=0 skips the tests; HYDRANT_GPU_BENCH_ARGS replaces `--e2e` (e.g. `--tune`).
+# HYDRANT_GPU_TESTS=0 skips the tests; HYDRANT_GPU_BENCH_ARGS replaces `--e2e` (e.g.
+# `--tune gemv`); HYDRANT_GPU_PROBE=1 first runs bench/gpu_w4_probe.py (the W4A16 GEMV with
+# parts taken out, about 35 s); HYDRANT_GPU_BENCH=0 skips gpu_kernels.py.
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hydrant-gpu}
@@ -51,6 +53,13 @@ timeout 150 python3 -P -m pytest -q -p no:cacheprovider -W default -o addopts="-
 echo "pytest exit: ${PIPESTATUS[0]}"
 fi
 
+if [ -n "${HYDRANT_GPU_PROBE:-}" ]; then
+echo "== bench/gpu_w4_probe.py"
+timeout 240 python3 bench/gpu_w4_probe.py --out "$OUT" 2>&1 | tee "$OUT/probe.log"
+echo "probe exit: ${PIPESTATUS[0]}"
+fi
+
+[ "${HYDRANT_GPU_BENCH:-1}" = 1 ] || exit 0
 echo "== bench/gpu_kernels.py ${HYDRANT_GPU_BENCH_ARGS:---e2e}"
 timeout 480 python3 bench/gpu_kernels.py --out "$OUT" ${HYDRANT_GPU_BENCH_ARGS:---e2e} 2>&1 | tee "$OUT/bench.log"
 echo "bench exit: ${PIPESTATUS[0]}"

@@ -412,38 +412,41 @@ def _engine_decode(
 
 
 def run_sweeps(
-    device: torch.device, smoke: bool, copy_gbps: float, results: dict[str, Any]
+    device: torch.device, smoke: bool, copy_gbps: float, results: dict[str, Any], which: str
 ) -> None:
     """`--tune`: time each candidate launch shape of the decode kernels (gpu_tuning.py)."""
     import gpu_tuning
 
     deadline = START + TUNE_DEADLINE_S
-    log("tuning sweep: decode attention tiles")
-    results["tune_decode"] = gpu_tuning.sweep_decode(device, smoke, copy_gbps, deadline)
-    print_table(
-        "decode attention candidates (block_n/warps/stages)",
-        results["tune_decode"],
-        ["batch", "context", "kv", "config", "rel_err", "us", "share_of_copy", "error"],
-    )
-    log("tuning sweep: GEMV shapes")
-    results["tune_gemv"] = gpu_tuning.sweep_gemv(device, smoke, deadline)
-    print_table(
-        "GEMV candidates (block_n/block_k/warps/stages), speedup vs float16 torch.matmul",
-        results["tune_gemv"],
-        [
-            "m",
-            "k",
-            "n",
-            "config",
-            "fp16_us",
-            "w8_us",
-            "w4_us",
-            "w8_speedup",
-            "w4_speedup",
-            "w4_err",
-            "error",
-        ],
-    )
+    results["tune_decode"], results["tune_gemv"] = [], []
+    if which in ("all", "decode"):
+        log("tuning sweep: decode attention tiles")
+        results["tune_decode"] = gpu_tuning.sweep_decode(device, smoke, copy_gbps, deadline)
+        print_table(
+            "decode attention candidates (block_n/warps/stages)",
+            results["tune_decode"],
+            ["batch", "context", "kv", "config", "rel_err", "us", "share_of_copy", "error"],
+        )
+    if which in ("all", "gemv"):
+        log("tuning sweep: GEMV shapes")
+        results["tune_gemv"] = gpu_tuning.sweep_gemv(device, smoke, deadline)
+        print_table(
+            "GEMV candidates (block_n/block_k/warps/stages), speedup vs float16 torch.matmul",
+            results["tune_gemv"],
+            [
+                "m",
+                "k",
+                "n",
+                "config",
+                "fp16_us",
+                "w8_us",
+                "w4_us",
+                "w8_speedup",
+                "w4_speedup",
+                "w4_err",
+                "error",
+            ],
+        )
     results["tune_winners"] = gpu_tuning.apply_winners(results["tune_decode"], results["tune_gemv"])
     log(f"sweep winners, used from here on: {results['tune_winners']}")
 
@@ -454,7 +457,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, CPU interpreter OK")
     parser.add_argument("--e2e", action="store_true", help="engine vs transformers decode")
     parser.add_argument(
-        "--tune", action="store_true", help="sweep decode GEMV and attention launch shapes"
+        "--tune",
+        nargs="?",
+        const="all",
+        choices=("all", "gemv", "decode"),
+        help="sweep launch shapes of the decode GEMVs and/or decode attention (default: all)",
     )
     parser.add_argument(
         "--e2e-quant", action="store_true", help="--e2e, and the engine with int8/int4 weights"
@@ -483,7 +490,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"copy kernel {copy['kernel_gbps']:.0f}; {copy['timing']})"
     )
     if args.tune:
-        run_sweeps(device, args.smoke, copy["gbps"], results)
+        run_sweeps(device, args.smoke, copy["gbps"], results, args.tune)
     results["decode_attention"] = []
     for case in decode_cases(args.smoke):
         log(f"decode attention {case}")

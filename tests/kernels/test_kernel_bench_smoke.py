@@ -5,20 +5,26 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("triton")
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_kernels.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def load_script(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
 def test_gpu_kernel_bench_smoke(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("gpu_kernels_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("gpu_kernels")
     results = bench.main(["--smoke", "--e2e", "--out", str(tmp_path)])
     written = json.loads((tmp_path / "gpu_kernels.json").read_text())
     assert written["smoke"] is True
@@ -28,3 +34,14 @@ def test_gpu_kernel_bench_smoke(tmp_path: Path) -> None:
     )
     systems = {row["system"] for row in results["e2e"]["rows"]}
     assert "transformers" in systems
+
+
+@pytest.mark.slow
+def test_w4_probe_smoke(tmp_path: Path) -> None:
+    """The probe's variants all run, and those that still compute the product match it."""
+    rows = load_script("gpu_w4_probe").main(["--out", str(tmp_path)])
+    assert json.loads((tmp_path / "gpu_w4_probe.json").read_text()) == rows
+    variants = {row["variant"] for row in rows if "us" in row}
+    assert {"full", "prefetch_sz", "no_x", "no_scale", "load_only"} <= variants
+    exact = [row for row in rows if "rel_err" in row]
+    assert exact and all(row["rel_err"] < 2e-3 for row in exact)
