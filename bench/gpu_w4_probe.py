@@ -13,10 +13,11 @@ plain streaming read of the same bytes at M=1 on Llama-8B shapes:
 - `no_scale`: scales and zero points are constants (no loads);
 - `load_only`: the bytes are loaded and summed as floats (no nibble work).
 
-A part whose removal saves most of the time is the one to work on. Variants
-compute something else on purpose, so they are not checked against a
-reference; the product kernel is, by `gpu_kernels.py`. The device's own
-TTGIR and PTX of each full variant are written beside the JSON.
+A part whose removal saves most of the time is the one to work on. The
+variants that remove work compute something else on purpose and are not
+checked; `full` and `prefetch_sz` still compute the product and carry their
+relative error against the reference. The device's own TTGIR and PTX of
+each full variant are written beside the JSON.
 
     python bench/gpu_w4_probe.py --out DIR   (CPU: TRITON_INTERPRET=1, tiny shapes)
 """
