@@ -80,11 +80,14 @@ def _probe_kernel(
         mask=n_mask[:, None, None] & (g_offs < num_groups)[None, :, None],
         other=0,
     )
-    sz_mask0 = n_mask[:, None] & (g_offs < num_groups)[None, :]
-    scale_next = tl.load(
-        scales_ptr + rn[:, None] * stride_sn + g_offs[None, :], mask=sz_mask0, other=0.0
-    )
-    zero_next = tl.load(zeros_ptr + rn[:, None] * stride_zn + g_offs[None, :], mask=sz_mask0)
+    if PREFETCH_SZ:
+        sz_mask0 = n_mask[:, None] & (g_offs < num_groups)[None, :]
+        scale_next = tl.load(
+            scales_ptr + rn[:, None] * stride_sn + g_offs[None, :], mask=sz_mask0, other=0.0
+        )
+        zero_next = tl.load(
+            zeros_ptr + rn[:, None] * stride_zn + g_offs[None, :], mask=sz_mask0, other=0
+        )
     for g0 in range(0, num_groups, GROUPS):
         packed = packed_next.to(tl.int32)
         g_next = g0 + GROUPS + g_offs
