@@ -33,13 +33,8 @@ from hydrant.engine.protocol import (
     Sampling,
 )
 from hydrant.logs import configure_logging
-from hydrant.platform.inference.accounting import (
-    Admission,
-    Gatekeeper,
-    LedgerWriter,
-    Outcome,
-    RequestContext,
-)
+from hydrant.platform.ledger.accounting import LedgerWriter, Outcome
+from hydrant.platform.quotas.admission import Admission, Gatekeeper, RequestContext
 
 MESSAGES = [{"role": "user", "content": "Say one word."}]
 
@@ -216,12 +211,9 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
     import uvicorn
 
     from hydrant.platform.app import create_app
-    from hydrant.platform.db.session import Database
-    from hydrant.platform.dispatch.controllers import attach_pools
-    from hydrant.platform.dispatch.service import build_pools
-    from hydrant.platform.gateway import Gateway, share_gil_with_engines
     from hydrant.platform.http.server_protocol import server_options
-    from hydrant.runtime import EmbeddedEngines, load_embedded_engines
+    from hydrant.platform.services import build_services, share_gil_with_engines
+    from hydrant.runtime import load_embedded_engines
     from hydrant.settings import ModelSpec, Settings
 
     settings = Settings(
@@ -236,7 +228,7 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
         log_level="WARNING",
         ledger_commit=config.get("ledger_commit", "database"),
     )
-    pools = None
+    engines = None
     if config.get("engine") == "worker":  # as `hydrant serve` with HYDRANT_WORKER_POOLS
         settings = dataclasses.replace(
             settings,
@@ -247,25 +239,23 @@ async def _serve(conn: Connection, config: dict[str, Any]) -> None:
             pool_max_workers=1,  # one engine process, started by the gateway's local scaler
             pool_idle_timeout_s=3600.0,
         )
-        registry, pools = build_pools(settings)
-        engines = EmbeddedEngines(registry=registry)
     else:
         engines = load_embedded_engines(settings)
         share_gil_with_engines()  # as `hydrant serve` does with in-process engines
-    model = engines.registry.get("demo")
+    services = build_services(settings, registry=engines.registry if engines else None)
+    assert services.inference is not None
+    model = services.inference.registry.get("demo")
     raw_client = model.client
     engine_times: dict[str, float] = {}
     server_times: dict[str, float] = {}
     model.client = TimedEngineClient(raw_client, engine_times)
-    database = Database(settings.effective_database_url)
-    gateway = Gateway.build(settings, database, engines.registry)
     phases: Phases = {}
-    gateway.inference.gatekeeper = TimedGate(gateway.inference.gatekeeper, phases)
-    gateway.inference.ledger = TimedLedger(gateway.inference.ledger, phases)
-    app = create_app(settings, database=database, gateway=gateway)
-    app.on_shutdown.append(engines.shutdown)
-    if pools is not None:
-        attach_pools(app, pools)
+    service = services.inference.inference
+    service.gatekeeper = TimedGate(service.gatekeeper, phases)
+    service.ledger = TimedLedger(service.ledger, phases)
+    if engines is not None:
+        services.on_stop.append(engines.shutdown)
+    app = create_app(settings, services)
     server = uvicorn.Server(
         uvicorn.Config(
             ServerClock(app, server_times),

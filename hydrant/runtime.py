@@ -10,6 +10,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry
+
 from hydrant.platform.models.registry import ModelRegistry, ServedModel
 from hydrant.settings import Settings
 
@@ -20,7 +22,7 @@ log = logging.getLogger(__name__)
 class EmbeddedEngines:
     registry: ModelRegistry = field(default_factory=ModelRegistry)
     engines: list[object] = field(default_factory=list)
-    metric_registries: list[object] = field(default_factory=list)
+    metric_registries: list[CollectorRegistry] = field(default_factory=list)
 
     async def shutdown(self) -> None:
         for engine in self.engines:
@@ -29,8 +31,6 @@ class EmbeddedEngines:
 
 def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
     """Load every served model onto `settings.device` (blocking: call before serving)."""
-    from prometheus_client import CollectorRegistry
-
     from hydrant.engine.async_engine import AsyncLLMEngine
     from hydrant.engine.engine_config import EngineConfig
     from hydrant.engine.inprocess import InProcessEngineClient

@@ -25,7 +25,7 @@ PoolScalerKind = Literal["local", "kubernetes", "none"]
 ScaleDownMode = Literal["sleep", "exit"]
 DigestNoUsage = Literal["send", "skip"]
 LedgerCommitMode = Literal["database", "journal"]  # hydrant.platform.ledger.service
-# How `tool_choice: auto` reads calls from a model's text (hydrant.platform.inference.tools);
+# How `tool_choice: auto` reads calls from a model's text (hydrant.platform.inference.chat.tools);
 # "none" turns `auto` off for the model.
 TOOL_CALL_PARSERS = ("hermes", "mistral", "llama3_json", "none")
 

@@ -19,7 +19,7 @@ from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from hydrant.platform.auth.dependencies import authenticator_of
+from hydrant.platform.auth.context import authenticator_of
 from hydrant.platform.auth.principal import ADMIN_SCOPE, Principal
 from hydrant.platform.auth.repository import find_key_record
 from hydrant.platform.auth.service import Authenticator
@@ -219,12 +219,13 @@ async def load_principal(
 
 
 async def provide_page(
-    request: Request[Any, Any, Any], db_session: NamedDependency[AsyncSession]
+    request: Request[Any, Any, Any],
+    db_session: NamedDependency[AsyncSession],
+    authenticator: NamedDependency[Authenticator],
 ) -> Page:
     page = page_without_session(request)
     data = decode_session(request.cookies.get(SESSION_COOKIE), page.keys.session)
     if data is not None:
-        authenticator = authenticator_of(request.app.state)
         principal = await load_principal(db_session, authenticator, data)
         if principal is not None:
             page.session, page.principal = data, principal
@@ -236,7 +237,7 @@ def page_without_session(request: Request[Any, Any, Any]) -> Page:
     cached = request.scope.get("state", {}).get("hydrant_web_page")
     if isinstance(cached, Page):
         return cached
-    keys = WebKeys.of(authenticator_of(request.app.state))
+    keys = WebKeys.of(authenticator_of(request.app))  # error pages: no injection
     secure = is_secure_request(request.url.scheme, request.headers.get("x-forwarded-proto"))
     cookie_value = request.cookies.get(CSRF_COOKIE)
     page = Page(request=request, keys=keys, secure=secure, csrf_cookie=cookie_value or "")

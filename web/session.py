@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hydrant.b64url import b64url_decode, b64url_encode
-from hydrant.platform.auth import secret
+from hydrant.platform import server_secret as secret
 
 SESSION_COOKIE = "hydrant_session"
 CSRF_COOKIE = "hydrant_csrf"

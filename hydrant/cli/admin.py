@@ -1,7 +1,7 @@
 """`hydrant tenants …` and `hydrant keys …`: the admin API's services, at the console.
 
 Each command opens the configured database through `admin_services` (one unit
-of work per command, `hydrant.platform.auth.console`) and calls the same
+of work per command, `hydrant.platform.console`) and calls the same
 services as `/admin`, as the console principal. A new key's secret is printed
 once, alone on stdout, so `KEY=$(hydrant keys create --tenant acme)` captures
 exactly the key.
@@ -20,7 +20,7 @@ import msgspec
 from hydrant.cli.context import CliContext, pass_context
 
 if TYPE_CHECKING:  # the platform is imported inside the commands: `hydrant --help` stays fast
-    from hydrant.platform.auth.console import AdminServices
+    from hydrant.platform.console import AdminServices
 
 T = TypeVar("T")
 
@@ -28,7 +28,7 @@ T = TypeVar("T")
 def _run(cli: CliContext, work: Callable[[AdminServices], Awaitable[T]]) -> T:
     from sqlalchemy.exc import DBAPIError
 
-    from hydrant.platform.auth.console import admin_services
+    from hydrant.platform.console import admin_services
     from hydrant.platform.db import migrate
     from hydrant.platform.errors import DomainError
 

@@ -19,9 +19,10 @@ from hydrant.settings import Settings
 
 
 def _celery(settings: Settings) -> Any:
+    from hydrant.platform.job_table import JOB_TABLE
     from hydrant.platform.jobs.celery_app import make_celery
 
-    return make_celery(settings)  # a ConfigurationError: a usage error (HydrantGroup)
+    return make_celery(settings, JOB_TABLE)  # a ConfigurationError: a usage error (HydrantGroup)
 
 
 @click.group()
@@ -72,10 +73,10 @@ def jobs_beat(cli: CliContext, schedule_file: Path | None, loglevel: str) -> Non
 @pass_context
 def jobs_run(cli: CliContext, name: str, args: tuple[str, ...]) -> None:
     """Run one job now, in this process (e.g. hydrant.digests.dispatch); prints its result."""
+    from hydrant.platform.job_table import JOB_TABLE
     from hydrant.platform.jobs.context import open_job_context
-    from hydrant.platform.jobs.registry import all_jobs
 
-    jobs_by_name = all_jobs()
+    jobs_by_name = JOB_TABLE.jobs
     if name not in jobs_by_name:
         raise click.UsageError(f"no job {name!r}; jobs: {', '.join(sorted(jobs_by_name))}")
     kwargs: dict[str, Any] = {}
@@ -112,6 +113,7 @@ def jobs_stuck_digests(cli: CliContext, send_id: str | None) -> None:
     """List digest sends a worker left `sending`, or re-send one (as /admin/digests/stuck)."""
     import msgspec
 
+    from hydrant.platform.digests.deps import digest_service
     from hydrant.platform.digests.schemas import DigestResend, StuckDigestSend
     from hydrant.platform.errors import DomainError
     from hydrant.platform.jobs.context import open_job_context
@@ -121,12 +123,13 @@ def jobs_stuck_digests(cli: CliContext, send_id: str | None) -> None:
     async def run() -> list[Any]:
         """The same objects `/admin/digests/stuck` answers with."""
         async with open_job_context(settings, lambda name, kwargs: None) as ctx:
+            digests = digest_service(ctx)
             if send_id is not None:
-                result = await ctx.digests.resend_stuck(send_id)
+                result = await digests.resend_stuck(send_id)
                 return [
                     DigestResend(id=send_id, outcome=result.outcome, recipients=result.recipients)
                 ]
-            return [StuckDigestSend.of(s) for s in await ctx.digests.stuck_sends()]
+            return [StuckDigestSend.of(s) for s in await digests.stuck_sends()]
 
     try:
         rows = asyncio.run(run())

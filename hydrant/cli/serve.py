@@ -67,11 +67,10 @@ def serve(
     import uvicorn
 
     from hydrant.platform.app import create_app
-    from hydrant.platform.auth.plugin import check_auth_settings
+    from hydrant.platform.auth.from_settings import check_auth_settings
     from hydrant.platform.db import migrate
-    from hydrant.platform.db.session import Database
-    from hydrant.platform.gateway import Gateway, share_gil_with_engines
     from hydrant.platform.http.server_protocol import server_options
+    from hydrant.platform.services import build_services, share_gil_with_engines
     from hydrant.runtime import load_embedded_engines
 
     models = tuple(ModelSpec.parse(spec) for spec in model_specs) or None
@@ -89,32 +88,18 @@ def serve(
     prepare_embedded(settings)
     if settings.auto_migrate:
         migrate.upgrade(settings.effective_database_url)
-    pools = None
-    if settings.worker_pools:  # dispatch to `hydrant worker` pools (issue #6)
-        from hydrant.platform.dispatch.service import build_pools
-        from hydrant.runtime import EmbeddedEngines
-
-        registry, pools = build_pools(settings)  # a ConfigurationError: a usage error (cli)
-        engines = EmbeddedEngines(registry=registry)
-    else:
+    engines = None
+    if not settings.worker_pools:  # else `hydrant worker` pools, built with the services
         engines = load_embedded_engines(settings)
         share_gil_with_engines()  # the engines' step threads share this interpreter
-    database = Database(settings.effective_database_url)
-    gateway = Gateway.build(settings, database, engines.registry)
-    if settings.redis_url is None and settings.embedded_jobs:
-        from hydrant.platform.jobs.scheduler import EmbeddedScheduler
-
-        gateway.background.append(EmbeddedScheduler(settings, database))  # no Celery here
-    app = create_app(
+    services = build_services(
         settings,
-        database=database,
-        gateway=gateway,
-        metric_registries=engines.metric_registries,  # type: ignore[arg-type]
+        registry=engines.registry if engines is not None else None,
+        metric_registries=engines.metric_registries if engines is not None else (),
+        run_jobs=True,
     )
-    app.on_shutdown.append(engines.shutdown)
-    if pools is not None:
-        from hydrant.platform.dispatch.controllers import attach_pools
-
-        attach_pools(app, pools)
+    if engines is not None:
+        services.on_stop.append(engines.shutdown)
+    app = create_app(settings, services)
     log.info("listening", extra={"host": settings.host, "port": settings.port})
     uvicorn.run(app, host=settings.host, port=settings.port, **server_options(settings))

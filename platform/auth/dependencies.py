@@ -12,23 +12,18 @@ from typing import Any
 
 from litestar import Request
 from litestar.connection import ASGIConnection
-from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.handlers.base import BaseRouteHandler
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from hydrant.platform.auth.brute_force import BruteForceGuard
+from hydrant.platform.auth.context import auth_context
 from hydrant.platform.auth.principal import ADMIN_SCOPE, INFERENCE_SCOPE, Principal
-from hydrant.platform.auth.service import INVALID_KEY, Authenticator
+from hydrant.platform.auth.service import INVALID_KEY
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import AuthenticationFailed
 from hydrant.platform.http.client_address import client_address
 
 _STATE_KEY = "hydrant_principal"
-
-
-def authenticator_of(state: State) -> Authenticator:
-    authenticator: Authenticator = state.authenticator
-    return authenticator
 
 
 async def _principal(connection: ASGIConnection[Any, Any, Any, Any], scope: str) -> Principal:
@@ -50,13 +45,13 @@ async def authenticate_guarded(
     Every place that checks a key a client sent (the bearer header, a sign-in
     form) goes through here, so guesses count wherever they are made.
     """
-    state = connection.app.state
-    guard: BruteForceGuard | None = getattr(state, "brute_force_guard", None)
-    source = client_address(connection.scope, getattr(state, "trusted_proxies", ()))
+    auth = auth_context(connection.app)
+    guard = auth.brute_force
+    source = client_address(connection.scope, auth.trusted_proxies)
     if guard is not None:
         await guard.check(source)
     try:
-        return await authenticator_of(state).authenticate(authorization, scope)
+        return await auth.authenticator.authenticate(authorization, scope)
     except AuthenticationFailed as exc:
         if guard is not None and exc.message == INVALID_KEY:  # a key was tried, and it was wrong
             await guard.record_failure(source)
@@ -85,8 +80,7 @@ async def require_admin(
     await _principal(connection, ADMIN_SCOPE)
 
 
-async def provide_db_session(state: State) -> AsyncIterator[AsyncSession]:
+async def provide_db_session(database: NamedDependency[Database]) -> AsyncIterator[AsyncSession]:
     """One unit of work per request: committed after the handler, rolled back if it raises."""
-    database: Database = state.database
     async with database.session() as session:
         yield session

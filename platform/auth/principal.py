@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from hydrant.platform.tenants.policy import PlanPolicy
+from hydrant.platform.quotas.policy import PlanPolicy
 
 INFERENCE_SCOPE: Final = "inference"
 ADMIN_SCOPE: Final = "admin"

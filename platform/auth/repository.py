@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.db.models import DEFAULT_PLAN_ID, ApiKey, Plan, Tenant
-from hydrant.platform.tenants.policy import PlanPolicy
+from hydrant.platform.quotas.policy import PlanPolicy
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,16 @@ def tenant_column(model: type[Any]) -> InstrumentedAttribute[Any]:
 
 def scope_to(statement: S, model: type[Any], principal: Principal) -> S:
     """`statement` restricted to the rows of `model` that `principal` may see."""
-    column = tenant_column(model)
     if principal.is_admin:
+        tenant_column(model)  # still refuses a model that is not tenant data
         return statement
-    if principal.tenant_id is None:
+    return scope_to_tenant(statement, model, principal.tenant_id)
+
+
+def scope_to_tenant(statement: S, model: type[Any], tenant_id: str | None) -> S:
+    """`statement` restricted to one tenant's rows, whoever asks: for data only its tenant
+    may read, even with an admin key (its prompts and answers). No tenant: no rows."""
+    column = tenant_column(model)
+    if tenant_id is None:
         return statement.where(false())
-    return statement.where(column == principal.tenant_id)
+    return statement.where(column == tenant_id)

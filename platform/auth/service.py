@@ -14,11 +14,17 @@ suspended tenant (403, said plainly) or a missing scope (403) reveal nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hydrant.platform.auth.key_cache import KeyCache
+from hydrant.platform.auth.key_codec import MalformedKeyError, ParsedKey, parse_key
+from hydrant.platform.auth.key_hashing import hash_key, verify_against_dummy, verify_key
 from hydrant.platform.auth.last_used import LastUsedRecorder
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.auth.repository import KeyRecord, find_key_record
@@ -26,10 +32,6 @@ from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
-from hydrant.platform.keys.cache import KeyCache
-from hydrant.platform.keys.codec import MalformedKeyError, ParsedKey, parse_key
-from hydrant.platform.keys.hashing import hash_key, verify_against_dummy, verify_key
-from hydrant.platform.keys.service import KeyService
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,11 @@ def bearer_token(header: str | None) -> str:
     return token.strip()
 
 
+# Stores the bootstrap admin key (session, server secret, key): key management's rule,
+# passed in so that checking keys does not depend on managing them.
+StoreBootstrapKey = Callable[[AsyncSession, bytes, ParsedKey], Awaitable[object]]
+
+
 class Authenticator:
     """One per process: holds the server secret, the key cache and the last-used recorder."""
 
@@ -69,6 +76,7 @@ class Authenticator:
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
         bootstrap_key: ParsedKey | None = None,
+        store_bootstrap_key: StoreBootstrapKey | None = None,
         last_used: LastUsedRecorder | None = None,
     ) -> None:
         self._database = database
@@ -77,11 +85,15 @@ class Authenticator:
         self.cache: KeyCache[KeyRecord] = KeyCache(cache_ttl_s, clock=monotonic)
         self.clock = clock
         self.last_used = last_used or LastUsedRecorder(database)
+        if bootstrap_key is not None and store_bootstrap_key is None:
+            raise ValueError("a bootstrap key needs store_bootstrap_key (keys.service)")
         self._bootstrap = bootstrap_key
+        self._store_bootstrap = store_bootstrap_key
         self._bootstrap_pending = bootstrap_key is not None
         self._last_good: dict[str, tuple[float, KeyRecord]] = {}
         self._monotonic = monotonic
         self._outage_logged = False
+        self._flusher: asyncio.Task[None] | None = None
 
     @property
     def server_secret(self) -> bytes:
@@ -162,14 +174,30 @@ class Authenticator:
             retry_after=2,
         ) from None
 
+    async def start(self) -> None:
+        """Store the bootstrap admin key (retried on use if the database is not there yet)
+        and start recording keys' last-used times in the background."""
+        await self.ensure_bootstrap_key()
+        self._flusher = asyncio.create_task(self.last_used.run(), name="key-last-used")
+
+    async def stop(self) -> None:
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        try:
+            await self.last_used.flush()
+        except Exception as exc:  # shutting down with the database gone: lose a few times
+            log.warning("could not record key last-used times at shutdown: %s", exc)
+
     async def ensure_bootstrap_key(self) -> bool:
         """Store the configured bootstrap admin key; False (and retried later) on failure."""
-        if self._bootstrap is None:
+        if self._bootstrap is None or self._store_bootstrap is None:
             return True
         try:
             async with self._database.session() as session:
-                service = KeyService(session, server_secret=self.server_secret)
-                await service.adopt_admin_key(self._bootstrap.secret)
+                await self._store_bootstrap(session, self.server_secret, self._bootstrap)
         except Exception as exc:  # the database may be down or not migrated yet
             log.warning("could not store the bootstrap admin key yet: %s", type(exc).__name__)
             return False

@@ -335,7 +335,7 @@ class StoredResponse(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     model: Mapped[str] = mapped_column(String(200))
-    # The conversation, AES-GCM sealed (`inference/responses_seal.py`). The two plain
+    # The conversation, AES-GCM sealed (`inference/responses/seal.py`). The two plain
     # columns hold rows stored before sealing (migration 0005) until they expire.
     sealed: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     input_items: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)

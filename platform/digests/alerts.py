@@ -23,10 +23,10 @@ from hydrant.platform.db.models import BudgetAlertSend, Tenant
 from hydrant.platform.db.session import Database
 from hydrant.platform.digests import repository
 from hydrant.platform.digests.budgets import BudgetUse, budget_uses
-from hydrant.platform.digests.mailer import MailError
 from hydrant.platform.digests.render import build_message, render
 from hydrant.platform.digests.service import DigestService
 from hydrant.platform.jobs.after_commit import Enqueue, enqueue_after_commit
+from hydrant.platform.mail.mailer import MailError
 from hydrant.platform.reports.service import ReportService
 from hydrant.platform.tenants.repository import plan_of
 

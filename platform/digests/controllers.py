@@ -11,15 +11,12 @@ from __future__ import annotations
 from html import escape
 
 from litestar import Controller, Response, get, post, put
-from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.dependencies import provide_admin_principal, require_admin
 from hydrant.platform.auth.principal import Principal
-from hydrant.platform.auth.secret import load_server_secret
-from hydrant.platform.digests.mailer import make_mailer
 from hydrant.platform.digests.schemas import (
     DigestResend,
     DigestSettingsUpdate,
@@ -73,13 +70,6 @@ class DigestAdminController(Controller):
         return await digest_settings.update(principal, tenant_id, data)
 
 
-def _digest_service(state: State) -> DigestService:
-    settings = state.settings
-    return DigestService(
-        state.database, settings, make_mailer(settings), load_server_secret(settings)
-    )
-
-
 class StuckDigestController(Controller):
     """Digest sends a worker left `sending`: list them, and re-send one a person checked."""
 
@@ -87,20 +77,22 @@ class StuckDigestController(Controller):
     guards = [require_admin]
 
     @get("/")
-    async def list_stuck(self, state: State) -> StuckDigestList:
-        sends = await _digest_service(state).stuck_sends()
+    async def list_stuck(self, digests: NamedDependency[DigestService]) -> StuckDigestList:
+        sends = await digests.stuck_sends()
         return StuckDigestList(data=[StuckDigestSend.of(s) for s in sends])
 
     @post("/{send_id:str}/resend", status_code=200)
-    async def resend(self, state: State, send_id: FromPath[str]) -> DigestResend:
-        result = await _digest_service(state).resend_stuck(send_id)
+    async def resend(
+        self, digests: NamedDependency[DigestService], send_id: FromPath[str]
+    ) -> DigestResend:
+        result = await digests.resend_stuck(send_id)
         return DigestResend(id=send_id, outcome=result.outcome, recipients=result.recipients)
 
 
-async def _unsubscribe(state: State, token: str | None) -> Response[str]:
+async def _unsubscribe(digests: DigestService, token: str | None) -> Response[str]:
     if not token:
         raise InvalidRequest("the unsubscribe link has no token", param="token")
-    who = await _digest_service(state).unsubscribe(token)
+    who = await digests.unsubscribe(token)
     return Response(_PAGE.format(email=escape(who.email)), media_type="text/html")
 
 
@@ -109,15 +101,12 @@ class UnsubscribeController(Controller):
 
     @get("/")
     async def unsubscribe_link(
-        self, state: State, token: FromQuery[str | None] = None
+        self, digests: NamedDependency[DigestService], token: FromQuery[str | None] = None
     ) -> Response[str]:
-        return await _unsubscribe(state, token)
+        return await _unsubscribe(digests, token)
 
     @post("/", status_code=200)
     async def unsubscribe_one_click(
-        self, state: State, token: FromQuery[str | None] = None
+        self, digests: NamedDependency[DigestService], token: FromQuery[str | None] = None
     ) -> Response[str]:
-        return await _unsubscribe(state, token)
-
-
-DIGEST_CONTROLLERS = (DigestAdminController, StuckDigestController, UnsubscribeController)
+        return await _unsubscribe(digests, token)

@@ -43,11 +43,11 @@ from hydrant.platform.digests.figures import (
     local_day_window,
     tenant_days,
 )
-from hydrant.platform.digests.mailer import Mailer, MailError
 from hydrant.platform.digests.render import build_message, render
 from hydrant.platform.digests.schemas import DigestSettingsUpdate, DigestSettingsView
 from hydrant.platform.digests.unsubscribe import Unsubscription, make_token, read_token
 from hydrant.platform.errors import Conflict, InvalidRequest, NotFound
+from hydrant.platform.mail.mailer import Mailer, MailError
 from hydrant.platform.reports.service import ReportService
 from hydrant.platform.tenants.repository import get_tenant, plan_of
 from hydrant.settings import Settings

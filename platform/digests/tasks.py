@@ -6,6 +6,7 @@ import logging
 from datetime import date
 from typing import Any
 
+from hydrant.platform.digests.deps import budget_alerts, digest_service
 from hydrant.platform.jobs.context import Job, JobContext
 
 log = logging.getLogger(__name__)
@@ -19,13 +20,14 @@ SEND_ALERT = "hydrant.budgets.send_alert"
 
 async def dispatch_digests(ctx: JobContext) -> dict[str, Any]:
     """Enqueue each digest whose hour has come; the send itself is claimed, so repeats are safe."""
-    due = await ctx.digests.due_digests()
+    digests = digest_service(ctx)
+    due = await digests.due_digests()
     for tenant_id, day in due:
         ctx.enqueue(SEND_TENANT, {"tenant_id": tenant_id, "day": day.isoformat()})
-    admin_day = await ctx.digests.admin_digest_due()
+    admin_day = await digests.admin_digest_due()
     if admin_day is not None:
         ctx.enqueue(SEND_ADMIN, {"day": admin_day.isoformat()})
-    stuck = await ctx.digests.stuck_sends()
+    stuck = await digests.stuck_sends()
     if stuck:  # never re-sent on their own: a person checks and uses .../resend
         log.warning(
             "digest sends stuck in `sending` (GET /admin/digests/stuck)",
@@ -39,21 +41,21 @@ async def dispatch_digests(ctx: JobContext) -> dict[str, Any]:
 
 
 async def send_tenant_digest(ctx: JobContext, tenant_id: str, day: str) -> dict[str, Any]:
-    result = await ctx.digests.send_tenant_digest(tenant_id, date.fromisoformat(day))
+    result = await digest_service(ctx).send_tenant_digest(tenant_id, date.fromisoformat(day))
     return {"outcome": result.outcome, "recipients": result.recipients}
 
 
 async def send_admin_digest(ctx: JobContext, day: str) -> dict[str, Any]:
-    result = await ctx.digests.send_admin_digest(date.fromisoformat(day))
+    result = await digest_service(ctx).send_admin_digest(date.fromisoformat(day))
     return {"outcome": result.outcome, "recipients": result.recipients}
 
 
 async def check_budgets(ctx: JobContext) -> dict[str, Any]:
-    return {"claimed": len(await ctx.alerts.check())}
+    return {"claimed": len(await budget_alerts(ctx).check())}
 
 
 async def send_budget_alert(ctx: JobContext, alert_id: str) -> dict[str, Any]:
-    return {"sent": await ctx.alerts.send(alert_id)}
+    return {"sent": await budget_alerts(ctx).send(alert_id)}
 
 
 TASKS = (

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from litestar import Controller, get
-from litestar.datastructures import State
 from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.dependencies import require_admin
 from hydrant.platform.engines.schemas import EngineList
 from hydrant.platform.engines.service import list_engines
+from hydrant.platform.inference.deps import InferenceApi
 
 
 class EngineAdminController(Controller):
@@ -17,5 +17,7 @@ class EngineAdminController(Controller):
     guards = [require_admin]
 
     @get("/")
-    async def engines(self, db_session: NamedDependency[AsyncSession], state: State) -> EngineList:
-        return EngineList(data=await list_engines(db_session, state.registry))
+    async def engines(
+        self, db_session: NamedDependency[AsyncSession], inference: NamedDependency[InferenceApi]
+    ) -> EngineList:
+        return EngineList(data=await list_engines(db_session, inference.registry))

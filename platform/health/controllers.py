@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from litestar import Controller, get
-from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.response import Response
 
-from hydrant.platform.health.service import check_readiness
+from hydrant.platform.db.session import Database
+from hydrant.platform.health.service import ModelRuntime, check_readiness
+from hydrant.settings import ModelSpec
 
 
 class HealthController(Controller):
@@ -17,6 +19,11 @@ class HealthController(Controller):
         return {"status": "ok"}
 
     @get("/readyz")
-    async def readyz(self, state: State) -> Response[dict[str, object]]:
-        readiness = await check_readiness(state.database, state.models, state.runtime)
+    async def readyz(
+        self,
+        database: NamedDependency[Database],
+        served_models: NamedDependency[tuple[ModelSpec, ...]],
+        runtime: NamedDependency[ModelRuntime | None],
+    ) -> Response[dict[str, object]]:
+        readiness = await check_readiness(database, served_models, runtime)
         return Response(readiness.as_json(), status_code=200 if readiness.ready else 503)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from hydrant.platform.db import migrate
 from hydrant.platform.db.session import Database
@@ -17,6 +17,7 @@ from hydrant.platform.models.checkpoints import inspect_checkpoint
 from hydrant.settings import ModelSpec
 
 
+@runtime_checkable  # injected by name: Litestar checks an injected value against its type
 class ModelRuntime(Protocol):
     """Whatever serves models in this process (an in-process engine, or worker pools)."""
 

@@ -22,23 +22,17 @@ from hydrant.engine.output_constraints import (
 from hydrant.engine.protocol import Sampling
 from hydrant.engine.sampling_params import MAX_LOGPROBS
 from hydrant.platform.errors import InvalidRequest, Unprocessable
-from hydrant.platform.inference.reasoning import constraint_after_thinking, reasoning_start
+from hydrant.platform.inference.chat.tools import ToolPlan
 from hydrant.platform.inference.schemas import (
-    ChatCompletionRequest,
-    ChatMessage,
-    CompletionRequest,
     SamplingFields,
 )
-from hydrant.platform.inference.tools import ChatTools, ToolPlan, chat_tools, template_message
 from hydrant.platform.models.registry import ServedModel
 
 MAX_N = 16
 # A batched `/v1/completions` request runs one engine request per prompt; these bound what one
 # HTTP request may hold (lm-evaluation-harness sends its `batch_size` prompts at once).
 MAX_PROMPTS = 128
-MAX_CHOICES = 256
 SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
-ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 
 
 @dataclass(frozen=True)
@@ -94,74 +88,6 @@ class PreparedRequest:
     @property
     def prompt_tokens(self) -> int:
         return sum(len(p.token_ids) for p in self.prompts)
-
-
-def _message_text(message: ChatMessage, index: int) -> str:
-    if message.role not in ROLES:
-        raise InvalidRequest(
-            f"messages[{index}].role must be one of {', '.join(sorted(ROLES))}",
-            param=f"messages[{index}].role",
-        )
-    if message.content is None:
-        return ""
-    if isinstance(message.content, str):
-        return message.content
-    parts = []
-    for part in message.content:
-        if part.type != "text" or part.text is None:
-            raise InvalidRequest(
-                f"messages[{index}].content: only text parts are supported, got {part.type!r}",
-                param=f"messages[{index}].content",
-            )
-        parts.append(part.text)
-    return "".join(parts)
-
-
-# Names the template's own context holds: a request cannot replace them.
-RESERVED_TEMPLATE_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
-
-
-def _template_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
-    if kwargs is None:
-        return None
-    reserved = sorted(RESERVED_TEMPLATE_NAMES & set(kwargs))
-    if reserved:
-        raise InvalidRequest(
-            f"chat_template_kwargs cannot set {reserved[0]!r}; send it as its own field",
-            param="chat_template_kwargs",
-        )
-    return kwargs
-
-
-@dataclass(frozen=True)
-class ChatPrompt:
-    """A chat request's prompt as the model sees it, and what its tools amount to."""
-
-    tools: ChatTools
-    text: str
-    token_ids: list[int]
-
-
-def chat_prompt(request: ChatCompletionRequest, model: ServedModel) -> ChatPrompt:
-    """The conversation and its tools, rendered with the model's template and encoded:
-    what a chat request is metered with (and what `/tokenize` counts)."""
-    tools = chat_tools(request, model.tokenizer.chat_template, model.tool_call_parser)
-    if not request.messages:
-        raise InvalidRequest("messages must contain at least one message", param="messages")
-    conversation = []
-    for i, m in enumerate(request.messages):
-        # An assistant turn of tool calls alone has no content, which templates test for.
-        content = None if m.content is None and m.tool_calls else _message_text(m, i)
-        conversation.append(template_message(m, i, content))
-    try:
-        text, ids = model.tokenizer.render_chat(
-            conversation,
-            tools=tools.definitions,
-            extra_context=_template_kwargs(request.chat_template_kwargs),
-        )
-    except InvalidRequestError as exc:
-        raise InvalidRequest(exc.message, param=exc.param or "messages") from exc
-    return ChatPrompt(tools, text, ids)
 
 
 def check_token_ids(ids: list[int], vocab: int, where: str, param: str) -> None:
@@ -317,7 +243,7 @@ def _structured_outputs(options: dict[str, Any] | None) -> tuple[str, str] | Non
     return (kind, value)
 
 
-def _constraint(fields: SamplingFields) -> tuple[tuple[str, str] | None, str]:
+def output_constraint(fields: SamplingFields) -> tuple[tuple[str, str] | None, str]:
     """The request's output constraint, and the field it came from (for errors)."""
     openai_style = _response_format(fields.response_format)
     vllm_style = _structured_outputs(fields.structured_outputs)
@@ -357,7 +283,7 @@ def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(pairs))
 
 
-def _sampling(
+def sampling_for(
     fields: SamplingFields,
     max_tokens: int,
     logprobs: int | None,
@@ -405,7 +331,7 @@ def check_sampling(sampling: Sampling, model: ServedModel) -> Sampling:
     return sampling
 
 
-def _check_context(
+def check_context(
     prompt_len: int, max_tokens: int, model: ServedModel, prompt_field: str = "messages"
 ) -> None:
     if prompt_len >= model.max_model_len:
@@ -423,101 +349,9 @@ def _check_context(
         )
 
 
-def _max_tokens(value: int | None, default: int, prompt_len: int, model: ServedModel) -> int:
+def max_tokens_for(value: int | None, default: int, prompt_len: int, model: ServedModel) -> int:
     if value is None:
         return max(1, min(default, model.max_model_len - prompt_len))
     if value < 1:
         raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
     return value
-
-
-def prepare_chat(
-    request: ChatCompletionRequest, model: ServedModel, default_max_tokens: int
-) -> PreparedRequest:
-    keep = truncation(request.truncate_prompt_tokens, model)
-    prompt = chat_prompt(request, model)
-    tools, ids = prompt.tools, prompt.token_ids
-    if keep is not None:  # as vLLM: the rendered conversation's last tokens
-        ids = ids[-keep:]
-    asked = request.max_completion_tokens if request.max_completion_tokens is not None else None
-    asked = request.max_tokens if asked is None else asked
-    max_tokens = _max_tokens(asked, default_max_tokens, len(ids), model)
-    _check_context(len(ids), max_tokens, model)
-    if request.top_logprobs is not None and not request.logprobs:
-        raise InvalidRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
-    logprobs = (request.top_logprobs or 0) if request.logprobs else None
-    constraint, field = _constraint(request)
-    if tools.constraint is not None:
-        if constraint is not None:
-            raise InvalidRequest(
-                "tool_choice required or a named function fixes the output's form; it "
-                f"cannot be combined with {field}",
-                param="tool_choice",
-            )
-        constraint, field = tools.constraint, "tools"
-    thinking = reasoning_start(model.tokenizer.chat_template, prompt.text)
-    after = None
-    if constraint is not None and thinking is not None:
-        # The form holds once the model has thought (the engine waits for `</think>`), or,
-        # where it cannot wait, from the first token, with no thinking in the output.
-        after = constraint_after_thinking(model.tokenizer, prompt.text)
-        thinking = thinking if after is not None else None
-    sampling = _sampling(
-        request,
-        max_tokens,
-        logprobs,
-        model,
-        structured_output=constraint,
-        structured_output_after=after,
-    )
-    return PreparedRequest(
-        (PreparedPrompt(ids, sampling),),
-        stream=request.stream,
-        include_usage=bool(request.stream_options and request.stream_options.include_usage),
-        constraint_field=field,
-        tools=tools.plan,
-        thinking=thinking,
-    )
-
-
-def prepare_completion(
-    request: CompletionRequest, model: ServedModel, default_max_tokens: int
-) -> PreparedRequest:
-    if request.suffix:
-        raise InvalidRequest("suffix is not supported by this server", param="suffix")
-    if request.best_of not in (None, request.n):
-        raise InvalidRequest("best_of other than n is not supported", param="best_of")
-    if request.logprobs is not None and request.logprobs > 5:
-        raise InvalidRequest("logprobs must be between 0 and 5", param="logprobs")
-    batch = prompt_token_lists(
-        request.prompt, model, keep=truncation(request.truncate_prompt_tokens, model)
-    )
-    if len(batch) * request.n > MAX_CHOICES:
-        raise InvalidRequest(
-            f"{len(batch)} prompts with n={request.n} make {len(batch) * request.n} choices; "
-            f"a request returns at most {MAX_CHOICES}",
-            param="n",
-        )
-    constraint, field = _constraint(request)
-    scoring = request.echo and request.logprobs is not None
-    # with echo, the prompt is scored too
-    prompt_logprobs = request.logprobs if scoring else None
-    prompts = []
-    for ids in batch:
-        if scoring and request.max_tokens == 0:  # the prompt's logprobs alone, nothing generated
-            max_tokens = 0
-        else:
-            max_tokens = _max_tokens(request.max_tokens, default_max_tokens, len(ids), model)
-        _check_context(len(ids), max_tokens, model, "prompt")
-        sampling = _sampling(
-            request, max_tokens, request.logprobs, model, prompt_logprobs, constraint
-        )
-        echo = model.tokenizer.decode(ids) if request.echo else None
-        prompts.append(PreparedPrompt(ids, sampling, echo))
-    return PreparedRequest(
-        tuple(prompts),
-        stream=request.stream,
-        include_usage=bool(request.stream_options and request.stream_options.include_usage),
-        prompt_field="prompt",
-        constraint_field=field,
-    )

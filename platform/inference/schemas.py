@@ -76,7 +76,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
-    tools: list[Any] | None = None  # checked by hand (tools.py) to name the bad field
+    tools: list[Any] | None = None  # checked by hand (chat/tools.py) to name the bad field
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: e.g. {"enable_thinking": false}
@@ -139,7 +139,7 @@ class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     role: Literal["assistant"]
     content: str | None
-    reasoning_content: str | None = None  # a thinking model's reasoning (reasoning.py)
+    reasoning_content: str | None = None  # a thinking model's reasoning (chat/reasoning.py)
     tool_calls: list[ToolCall] | None = None
 
 

@@ -18,15 +18,9 @@ from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.protocol import GenerateChunk, GenerateRequest, RequestUsage
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.errors import InvalidRequest, ServiceUnavailable
-from hydrant.platform.inference.accounting import (
-    Admission,
-    EntryStatus,
-    Gatekeeper,
-    LedgerWriter,
-    Outcome,
-    RequestContext,
-)
+from hydrant.platform.ledger.accounting import EntryStatus, LedgerWriter, Outcome
 from hydrant.platform.models.registry import ServedModel
+from hydrant.platform.quotas.admission import Admission, Gatekeeper, RequestContext
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from typing import Any
 from celery import Celery, Task
 
 from hydrant.errors import ConfigurationError
-from hydrant.platform.digests.mailer import Mailer
 from hydrant.platform.jobs.context import Job, open_job_context
-from hydrant.platform.jobs.registry import PERIODIC, all_jobs
+from hydrant.platform.jobs.registry import JobTable
+from hydrant.platform.mail.mailer import Mailer
 from hydrant.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,8 @@ NO_REDIS = (
 )
 
 
-def make_celery(settings: Settings, *, mailer: Mailer | None = None) -> Celery:
-    """The app for `settings`, with every job registered and the beat schedule set."""
+def make_celery(settings: Settings, table: JobTable, *, mailer: Mailer | None = None) -> Celery:
+    """The app for `settings`, with every job of `table` registered and its beat schedule set."""
     if not settings.redis_url:
         raise ConfigurationError(NO_REDIS)
     app = Celery("hydrant", set_as_current=False)
@@ -57,14 +57,14 @@ def make_celery(settings: Settings, *, mailer: Mailer | None = None) -> Celery:
                 "schedule": timedelta(seconds=p.every_s),
                 "kwargs": dict(p.kwargs),
             }
-            for p in PERIODIC
+            for p in table.periodic
         },
     )
 
     def enqueue(name: str, kwargs: dict[str, Any]) -> None:
         app.send_task(name, kwargs=kwargs)
 
-    for job in all_jobs().values():
+    for job in table.jobs.values():
         _register(app, settings, job, enqueue, mailer)
     return app
 

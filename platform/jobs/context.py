@@ -1,5 +1,9 @@
 """What a job runs with: settings, a database, a mailer and a way to enqueue more jobs.
 
+It names no domain: each domain's `tasks.py` builds its services from the
+context through the same providers its controllers use (e.g.
+`digests/deps.py`), so `jobs` sits below every domain that has jobs.
+
 The same `JobContext` serves a Celery worker (its own pool per task run,
 since each task runs its own event loop) and the embedded scheduler (the
 gateway's pool, on the gateway's loop); jobs are plain async functions of it,
@@ -15,14 +19,12 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from hydrant.platform.auth.secret import load_server_secret
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.session import Database
-from hydrant.platform.digests.alerts import BudgetAlerts
-from hydrant.platform.digests.mailer import Mailer, MailError, make_mailer
-from hydrant.platform.digests.service import DigestService
 from hydrant.platform.jobs.after_commit import Enqueue
+from hydrant.platform.mail.mailer import Mailer, MailError, make_mailer
+from hydrant.platform.server_secret import load_server_secret
 from hydrant.settings import Settings
 
 # Failures worth retrying later: the mail server or the database was not there.
@@ -38,13 +40,9 @@ class JobContext:
     clock: Callable[[], datetime] = utcnow
 
     @cached_property
-    def digests(self) -> DigestService:
-        secret = load_server_secret(self.settings)
-        return DigestService(self.database, self.settings, self.mailer, secret, clock=self.clock)
-
-    @cached_property
-    def alerts(self) -> BudgetAlerts:
-        return BudgetAlerts(self.digests, self.enqueue)
+    def server_secret(self) -> bytes:
+        """Read once per context: the embedded scheduler's context lives as long as the gateway."""
+        return load_server_secret(self.settings)
 
 
 JobFn = Callable[..., Awaitable[Any]]

@@ -1,9 +1,14 @@
-"""Every job by name, and the periodic schedule: one list for Celery beat and the embedded loop."""
+"""A table of jobs by name with their periodic schedule: what Celery and the embedded loop run.
+
+The table is handed in (`hydrant.platform.job_table.JOB_TABLE` lists every
+domain's jobs), so this package names no domain and every domain's `tasks.py`
+can use it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cache
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from hydrant.platform.jobs.context import Job
@@ -20,34 +25,22 @@ class Periodic:
     kwargs: tuple[tuple[str, Any], ...] = ()
 
 
-# Digests and alerts are checked every few minutes, not once at the hour: the check
-# sends only what is due and not yet claimed, so a tick missed (beat or gateway down)
-# is caught up by the next one, and extra ticks cost one query.
-PERIODIC: tuple[Periodic, ...] = (
-    Periodic("daily-digests", "hydrant.digests.dispatch", 300.0),
-    Periodic("budget-alerts", "hydrant.budgets.check", 300.0),
-    Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
-    Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
-    # The gateway replays its own spool every few seconds; this is for one that stopped.
-    Periodic("spool-replay", "hydrant.ledger.replay_spool", 60.0, embedded=False),
-    # Pools exist only with Redis, where Celery beat runs this; a gateway with pools also
-    # scales its own down in its idle loop (the same `scale_down`), so nothing is lost
-    # on the embedded default, which has no worker registry to read.
-    Periodic("scale-to-zero-reaper", "hydrant.pools.reap", 60.0, embedded=False),
-)
+@dataclass(frozen=True)
+class JobTable:
+    """Every job by name, and which of them run periodically."""
 
+    jobs: dict[str, Job] = field(default_factory=dict)
+    periodic: tuple[Periodic, ...] = ()
 
-@cache
-def all_jobs() -> dict[str, Job]:
-    from hydrant.platform.digests.tasks import TASKS as DIGEST_TASKS
-    from hydrant.platform.dispatch.tasks import TASKS as POOL_TASKS
-    from hydrant.platform.jobs.tasks import TASKS as LEDGER_TASKS
+    @classmethod
+    def of(cls, jobs: Iterable[Job], periodic: tuple[Periodic, ...]) -> JobTable:
+        table = cls({job.name: job for job in jobs}, periodic)
+        for entry in periodic:
+            table.job_named(entry.job)  # a schedule naming no job is a bug: fail at import
+        return table
 
-    return {job.name: job for job in (*DIGEST_TASKS, *LEDGER_TASKS, *POOL_TASKS)}
-
-
-def job_named(name: str) -> Job:
-    try:
-        return all_jobs()[name]
-    except KeyError:
-        raise KeyError(f"no job named {name!r}") from None
+    def job_named(self, name: str) -> Job:
+        try:
+            return self.jobs[name]
+        except KeyError:
+            raise KeyError(f"no job named {name!r}") from None

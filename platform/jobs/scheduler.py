@@ -19,9 +19,9 @@ from typing import Any
 
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.session import Database
-from hydrant.platform.digests.mailer import Mailer, make_mailer
 from hydrant.platform.jobs.context import JobContext
-from hydrant.platform.jobs.registry import PERIODIC, Periodic, job_named
+from hydrant.platform.jobs.registry import JobTable, Periodic
+from hydrant.platform.mail.mailer import Mailer, make_mailer
 from hydrant.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ class EmbeddedScheduler:
         self,
         settings: Settings,
         database: Database,
+        table: JobTable,
         *,
         mailer: Mailer | None = None,
         periodic: tuple[Periodic, ...] | None = None,
@@ -43,7 +44,8 @@ class EmbeddedScheduler:
         self.context = JobContext(
             settings, database, mailer or make_mailer(settings), self.enqueue, clock
         )
-        chosen = PERIODIC if periodic is None else periodic
+        self.table = table
+        chosen = table.periodic if periodic is None else periodic
         self.periodic = tuple(p for p in chosen if p.embedded)
         self.tick_s = tick_s
         # A moment's grace at start: the gateway's own start-up (price book, engines) and
@@ -71,14 +73,14 @@ class EmbeddedScheduler:
 
     def enqueue(self, name: str, kwargs: dict[str, Any]) -> None:
         """Run job `name` soon, on this loop (what `send_task` is under Celery)."""
-        job_named(name)  # an unknown name fails here, at the caller, not later in a task
+        self.table.job_named(name)  # an unknown name fails here, at the caller, not later in a task
         task = asyncio.get_running_loop().create_task(self.run(name, kwargs), name=name)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
     async def run(self, name: str, kwargs: dict[str, Any] | None = None) -> Any:
         """Run one job now; errors are logged (the next turn retries), never raised."""
-        job = job_named(name)
+        job = self.table.job_named(name)
         try:
             result = await job.fn(self.context, **(kwargs or {}))
         except Exception as exc:

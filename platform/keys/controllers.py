@@ -5,18 +5,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 from litestar import Controller, get, post
-from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.dependencies import (
-    authenticator_of,
     provide_admin_principal,
     require_admin,
     require_inference,
 )
 from hydrant.platform.auth.principal import Principal
+from hydrant.platform.keys.deps import provide_key_service
 from hydrant.platform.keys.schemas import (
     CreatedKey,
     KeyCreate,
@@ -26,19 +24,6 @@ from hydrant.platform.keys.schemas import (
     RotatedKey,
 )
 from hydrant.platform.keys.service import KeyService
-
-
-async def provide_key_service(
-    db_session: NamedDependency[AsyncSession], state: State
-) -> KeyService:
-    authenticator = authenticator_of(state)
-    return KeyService(
-        db_session,
-        server_secret=authenticator.server_secret,
-        key_env=state.settings.key_env,
-        cache=authenticator.cache,
-        clock=authenticator.clock,
-    )
 
 
 class KeyAdminController(Controller):
@@ -119,7 +104,7 @@ class AccountKeysController(Controller):
 
     path = "/account/keys"
     guards = [require_inference]
-    # `principal` is the app-wide provider: the inference principal (see auth/plugin.py).
+    # `principal` is the app-wide provider: the inference principal (see app.py).
     dependencies = {
         "keys": Provide(provide_key_service),
     }

@@ -16,13 +16,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.invalidation import CacheInvalidator, no_cache
+from hydrant.platform.auth.key_codec import KeyEnv, ParsedKey, generate_key, parse_key
+from hydrant.platform.auth.key_hashing import hash_key
 from hydrant.platform.auth.principal import ADMIN_SCOPE, INFERENCE_SCOPE, Principal
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import ApiKey
 from hydrant.platform.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from hydrant.platform.keys import repository
-from hydrant.platform.keys.codec import KeyEnv, generate_key, parse_key
-from hydrant.platform.keys.hashing import hash_key
 from hydrant.platform.keys.schemas import MAX_GRACE_S, key_status
 from hydrant.platform.tenants import repository as tenants
 
@@ -203,3 +203,8 @@ class KeyService:
             await self._session.flush()
         except IntegrityError:
             raise Conflict("the key conflicts with another one; try again") from None
+
+
+async def store_bootstrap_key(session: AsyncSession, server_secret: bytes, key: ParsedKey) -> None:
+    """The authenticator's way to store the configured bootstrap admin key (idempotent)."""
+    await KeyService(session, server_secret=server_secret).adopt_admin_key(key.secret)

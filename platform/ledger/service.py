@@ -26,8 +26,8 @@ from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
 from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import ServiceUnavailable
-from hydrant.platform.inference.accounting import Outcome, RequestContext
 from hydrant.platform.ledger import repository
+from hydrant.platform.ledger.accounting import Metered, Outcome
 from hydrant.platform.ledger.append_placement import AppendPlacement
 from hydrant.platform.ledger.group_commit import GroupCommit
 from hydrant.platform.ledger.pinned import PinnedWriter
@@ -123,7 +123,7 @@ class DatabaseLedger:
         self._price_versions: dict[str, tuple[float, list[PriceVersion]]] = {}
         self._pinned = PinnedWriter(database) if PinnedWriter.supports(database) else None
 
-    async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
+    async def record(self, ctx: Metered, outcome: Outcome) -> None:
         if self.commit == "journal":
             await self._record_in_journal(ctx, outcome)
             return
@@ -149,7 +149,7 @@ class DatabaseLedger:
                 )
             await self._spool_append(ctx, outcome)
 
-    async def _spool_append(self, ctx: RequestContext, outcome: Outcome) -> None:
+    async def _spool_append(self, ctx: Metered, outcome: Outcome) -> None:
         try:
             await asyncio.to_thread(self.spool.append, self._spool_entry(ctx, outcome))
         except SpoolFullError as full:
@@ -180,7 +180,7 @@ class DatabaseLedger:
         self._stalled = False
         log.info("ledger database answering again: live writes resume")
 
-    async def _record_in_journal(self, ctx: RequestContext, outcome: Outcome) -> None:
+    async def _record_in_journal(self, ctx: Metered, outcome: Outcome) -> None:
         """Journal mode: durable in the spool (group fsync) now, in the database soon."""
         try:
             await asyncio.shield(self._journal.submit(self._spool_entry(ctx, outcome)))
@@ -302,7 +302,7 @@ class DatabaseLedger:
             extra={"request_id": raw.get("request_id"), "error": type(exc).__name__},
         )
 
-    async def _write_within_timeout(self, ctx: RequestContext, outcome: Outcome) -> None:
+    async def _write_within_timeout(self, ctx: Metered, outcome: Outcome) -> None:
         """The live write, or `TimeoutError` after `write_timeout_s` (the write goes on)."""
         if len(self._slow_writes) >= MAX_SLOW_WRITES:
             raise TimeoutError("too many ledger writes are waiting on the database")
@@ -314,7 +314,7 @@ class DatabaseLedger:
             raise TimeoutError(f"the ledger write took over {self.write_timeout_s:g} s")
         future.result()
 
-    def _spool_entry(self, ctx: RequestContext, outcome: Outcome) -> dict[str, Any]:
+    def _spool_entry(self, ctx: Metered, outcome: Outcome) -> dict[str, Any]:
         """What replay needs to build the entry later (pricing happens at replay)."""
         u = outcome.usage
         return {

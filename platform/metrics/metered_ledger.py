@@ -24,7 +24,7 @@ from decimal import Decimal
 
 from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_from_ns
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
-from hydrant.platform.inference.accounting import LedgerWriter, Outcome, RequestContext
+from hydrant.platform.ledger.accounting import LedgerWriter, Metered, Outcome
 from hydrant.platform.metrics.gateway import GatewayMetrics
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 PriceLookup = Callable[[str], Price | None]
 
 
-def overhead_seconds(ctx: RequestContext, outcome: Outcome) -> float | None:
+def overhead_seconds(ctx: Metered, outcome: Outcome) -> float | None:
     """Gateway time outside the engine, or None when the engine did not report its time."""
     engine = outcome.usage.e2e_seconds
     if engine is None:
@@ -57,14 +57,14 @@ class MeteredLedger:
         self.prices = prices
         self.device_price = device_price
 
-    async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
+    async def record(self, ctx: Metered, outcome: Outcome) -> None:
         await self.inner.record(ctx, outcome)
         try:
             self._observe(ctx, outcome)
         except Exception as exc:  # a metrics bug must not turn a served request into an error
             log.warning("could not update gateway metrics: %s", type(exc).__name__)
 
-    def _observe(self, ctx: RequestContext, outcome: Outcome) -> None:
+    def _observe(self, ctx: Metered, outcome: Outcome) -> None:
         usage = outcome.usage
         seconds = seconds_from_ns(usage.device_ns)
         self.metrics.observe_request(

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from litestar import Controller, get, post
-from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.dependencies import (
-    authenticator_of,
     provide_admin_principal,
     require_admin,
 )
+from hydrant.platform.prices.deps import provide_price_service
 from hydrant.platform.prices.schemas import (
     DeploymentCreate,
     DeploymentList,
@@ -22,12 +20,6 @@ from hydrant.platform.prices.schemas import (
     PriceView,
 )
 from hydrant.platform.prices.service import PriceService
-
-
-async def provide_price_service(
-    db_session: NamedDependency[AsyncSession], state: State
-) -> PriceService:
-    return PriceService(db_session, clock=authenticator_of(state).clock)
 
 
 class PriceBookController(Controller):

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.db.models import ModelDeployment, Price
-from hydrant.platform.tenants.pagination import page_after
+from hydrant.platform.db.pagination import page_after
 
 
 async def get_deployment(session: AsyncSession, model_id: str) -> ModelDeployment | None:

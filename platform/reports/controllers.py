@@ -94,7 +94,7 @@ class CostReportController(Controller):
 class UsageController(Controller):
     path = "/v1/usage"
     guards = [require_inference]
-    # `principal` is the app-wide provider (the inference principal, auth plugin).
+    # `principal` is the app-wide provider (the inference principal, app.py).
     dependencies = {"reports": Provide(provide_report_service)}
 
     @get("/")
@@ -115,6 +115,3 @@ class UsageController(Controller):
         if fmt == "csv":
             return _csv_response(usage_csv(report), "usage", report)
         return Response(UsageView.of(report))
-
-
-REPORT_CONTROLLERS = (CostReportController, UsageController)

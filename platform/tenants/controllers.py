@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from litestar import Controller, get, patch, post
-from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.dependencies import (
-    authenticator_of,
     provide_admin_principal,
     require_admin,
     require_inference,
 )
 from hydrant.platform.auth.principal import Principal
+from hydrant.platform.tenants.deps import provide_plan_service, provide_tenant_service
 from hydrant.platform.tenants.plan_service import PlanService
 from hydrant.platform.tenants.schemas import (
     AccountView,
@@ -28,18 +26,6 @@ from hydrant.platform.tenants.schemas import (
     TenantView,
 )
 from hydrant.platform.tenants.service import TenantService
-
-
-async def provide_tenant_service(
-    db_session: NamedDependency[AsyncSession], state: State
-) -> TenantService:
-    return TenantService(db_session, cache=authenticator_of(state).cache)
-
-
-async def provide_plan_service(
-    db_session: NamedDependency[AsyncSession], state: State
-) -> PlanService:
-    return PlanService(db_session, cache=authenticator_of(state).cache)
 
 
 class TenantAdminController(Controller):
@@ -154,7 +140,7 @@ class AccountController(Controller):
 
     path = "/account"
     guards = [require_inference]
-    # `principal` is the app-wide provider: the inference principal (see auth/plugin.py).
+    # `principal` is the app-wide provider: the inference principal (see app.py).
     dependencies = {
         "tenants": Provide(provide_tenant_service),
     }

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.auth.scoping import scope_to
 from hydrant.platform.db.models import DEFAULT_PLAN_ID, Plan, Tenant
-from hydrant.platform.tenants.pagination import page_after
+from hydrant.platform.db.pagination import page_after
 
 
 async def get_tenant(session: AsyncSession, principal: Principal, tenant_id: str) -> Tenant | None:

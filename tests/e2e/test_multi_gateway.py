@@ -24,9 +24,9 @@ from hydrant_server import RunningServer, hydrant_server
 
 from hydrant.platform.db import migrate
 from hydrant.platform.db.session import Database
-from hydrant.platform.gateway import Gateway
 from hydrant.platform.keys import generate_key
 from hydrant.platform.models.registry import ModelRegistry
+from hydrant.platform.services import build_services
 from hydrant.settings import ModelSpec, Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -239,21 +239,21 @@ async def test_gateways_starting_together_all_load_prices(
     await asyncio.to_thread(migrate.upgrade, fresh_postgres_url)
     databases = [Database(fresh_postgres_url) for _ in range(3)]
     gateways = [
-        Gateway.build(
+        build_services(
             Settings(
                 data_dir=tmp_path / f"g{i}",
                 database_url=fresh_postgres_url,
                 models=(ModelSpec("demo", tmp_path / "model"),),
             ),
-            database,
-            ModelRegistry(),
+            database=database,
+            registry=ModelRegistry(),
         )
         for i, database in enumerate(databases)
     ]
     try:
         await asyncio.gather(*(g.start() for g in gateways))
-        assert [g.prices("demo") is not None for g in gateways] == [True] * len(gateways)
+        prices = [g.inference.prices("demo") if g.inference else None for g in gateways]
+        assert [p is not None for p in prices] == [True] * len(gateways)
     finally:
-        for gateway, database in zip(gateways, databases, strict=True):
-            await gateway.stop()
-            await database.dispose()
+        for gateway in gateways:
+            await gateway.stop()  # disposes its database too

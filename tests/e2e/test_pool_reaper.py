@@ -30,8 +30,8 @@ from hydrant.engine.worker.wire import (
 )
 from hydrant.platform.db.session import Database
 from hydrant.platform.dispatch.tasks import REAP
+from hydrant.platform.job_table import JOB_TABLE, PERIODIC
 from hydrant.platform.jobs.celery_app import make_celery
-from hydrant.platform.jobs.registry import PERIODIC
 from hydrant.platform.jobs.scheduler import EmbeddedScheduler
 from hydrant.settings import load_settings
 
@@ -91,7 +91,7 @@ def test_the_reaper_sleeps_an_idle_worker_leaves_a_busy_one_and_is_idempotent(
             pool_scale_down="sleep",
         )
         database = Database(f"sqlite+aiosqlite:///{tmp_path / 'unused.db'}")
-        scheduler = EmbeddedScheduler(settings, database)
+        scheduler = EmbeddedScheduler(settings, database, JOB_TABLE)
 
         def reap() -> dict[str, Any]:
             import asyncio
@@ -165,7 +165,7 @@ def _ready(redis_url: str, prefix: str) -> bool:
 
 def test_celery_beat_schedules_the_reaper(tmp_path: Path) -> None:
     settings = load_settings({}, data_dir=tmp_path, redis_url="redis://127.0.0.1:1/5")
-    app = make_celery(settings)
+    app = make_celery(settings, JOB_TABLE)
     assert REAP in app.tasks
     assert any(entry["task"] == REAP for entry in app.conf.beat_schedule.values())
     assert [p.job for p in PERIODIC if p.job == REAP] == [REAP]

@@ -16,11 +16,11 @@ from click.testing import CliRunner, Result
 
 from hydrant.cli.admin import keys, tenants
 from hydrant.cli.context import CliContext
-from hydrant.platform.auth.secret import load_server_secret
+from hydrant.platform.auth.key_codec import parse_key
 from hydrant.platform.auth.service import Authenticator
 from hydrant.platform.db import migrate
 from hydrant.platform.db.session import Database
-from hydrant.platform.keys.codec import parse_key
+from hydrant.platform.server_secret import load_server_secret
 from hydrant.settings import load_settings
 
 

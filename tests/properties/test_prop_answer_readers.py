@@ -14,8 +14,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hydrant.platform.inference.answer import AnswerReader, read_whole
-from hydrant.platform.inference.tools import ToolPlan
+from hydrant.platform.inference.chat.answer import AnswerReader, read_whole
+from hydrant.platform.inference.chat.tools import ToolPlan
 
 FRAGMENTS = [
     "<think>",

@@ -18,10 +18,9 @@ from litestar.testing import AsyncTestClient
 
 from hydrant.errors import ConfigurationError
 from hydrant.platform.app import create_app
-from hydrant.platform.db.session import Database
-from hydrant.platform.gateway import Gateway
-from hydrant.platform.keys.codec import generate_key
+from hydrant.platform.auth.key_codec import generate_key
 from hydrant.platform.models.registry import ModelRegistry
+from hydrant.platform.services import build_services
 from hydrant.settings import Settings, load_settings
 
 FOREIGN = "https://evil.example"
@@ -41,9 +40,7 @@ def _settings(database_url: str, data_dir: Path, admin: str, **extra: object) ->
 
 async def _full_app(settings: Settings) -> Litestar:
     """`create_app` as `hydrant serve` calls it (with a gateway), minus the engines."""
-    database = Database(settings.effective_database_url)
-    gateway = Gateway.build(settings, database, ModelRegistry())
-    return create_app(settings, database=database, gateway=gateway, models=())
+    return create_app(settings, build_services(settings, registry=ModelRegistry(), models=()))
 
 
 @pytest.fixture()
@@ -135,7 +132,7 @@ async def test_named_cors_origins_open_only_to_them(database_url: str, data_dir:
 def test_cors_wildcards_and_non_origins_are_refused(origins: str, tmp_path: Path) -> None:
     settings = load_settings({}, data_dir=tmp_path, cors_origins=origins)
     with pytest.raises(ConfigurationError, match="HYDRANT_CORS_ORIGINS"):
-        create_app(settings, models=())
+        create_app(settings)
 
 
 def test_the_openapi_schema_holds_no_secrets(tmp_path: Path) -> None:
@@ -144,7 +141,7 @@ def test_the_openapi_schema_holds_no_secrets(tmp_path: Path) -> None:
     settings = load_settings(
         {}, data_dir=tmp_path, secret_key=SERVER_SECRET, admin_bootstrap_key=admin
     )
-    app = create_app(settings, models=())
+    app = create_app(settings)
     schema = app.openapi_schema.to_schema()
     text = str(schema)
     assert admin not in text and SERVER_SECRET not in text

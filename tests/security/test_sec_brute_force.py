@@ -16,11 +16,12 @@ from control_plane_helpers import ControlPlane, bearer, control_plane
 from redis.asyncio import Redis
 
 from hydrant.platform.auth.brute_force import BruteForceGuard, BruteForcePolicy
+from hydrant.platform.auth.key_codec import generate_key
 from hydrant.platform.errors import RateLimited
 from hydrant.platform.http.client_address import client_address, parse_trusted_proxies
-from hydrant.platform.keys.codec import generate_key
 from hydrant.platform.quotas import InMemoryQuotaBackend
 from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
+from hydrant.platform.services import services_of
 
 POLICY = BruteForcePolicy(max_failures=3, window_s=60, block_s=300)
 
@@ -29,7 +30,7 @@ POLICY = BruteForcePolicy(max_failures=3, window_s=60, block_s=300)
 async def cp(database_url: str, data_dir: Path) -> AsyncIterator[ControlPlane]:
     async with control_plane(database_url, data_dir) as plane:
         clock = plane.clock
-        plane.app.state.brute_force_guard = BruteForceGuard(
+        services_of(plane.app).auth.brute_force = BruteForceGuard(
             InMemoryQuotaBackend(clock=lambda: clock.wall.timestamp()),
             POLICY,
             monotonic=clock.monotonic,
@@ -39,7 +40,8 @@ async def cp(database_url: str, data_dir: Path) -> AsyncIterator[ControlPlane]:
 
 
 def _guard(cp: ControlPlane) -> BruteForceGuard:
-    guard: BruteForceGuard = cp.app.state.brute_force_guard
+    guard = services_of(cp.app).auth.brute_force
+    assert guard is not None
     return guard
 
 

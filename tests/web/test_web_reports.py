@@ -11,6 +11,8 @@ from control_plane_helpers import ControlPlane
 from report_factories import add_models, insert_rows, row
 from web_helpers import sign_in
 
+from hydrant.platform.services import services_of
+
 DAY = datetime(2026, 3, 5, tzinfo=UTC)
 PERIOD = {"since": "2026-03-04", "until": "2026-03-06"}
 
@@ -28,7 +30,7 @@ async def seed(cp: ControlPlane) -> tuple[dict[str, Any], str, dict[str, Any], s
     ]  # fmt: skip
 
     async def write() -> None:
-        async with cp.app.state.database.session() as session:
+        async with services_of(cp.app).database.session() as session:
             models = await add_models(session, ["alpha", "beta"])
             await insert_rows(session, entries, models)
 

@@ -14,6 +14,7 @@ from litestar.testing import AsyncTestClient
 from web_helpers import post_form, sign_in
 
 from hydrant.platform.app import create_app
+from hydrant.platform.services import build_services
 from hydrant.web.reveal import COOKIE_PREFIX, REVEAL_PATH, TTL_S, Reveal, seal, unseal
 from hydrant.web.session import SESSION_COOKIE, decode_session, derive_key
 
@@ -57,7 +58,7 @@ async def test_a_key_made_on_one_gateway_is_shown_by_another_once(cp: ControlPla
     assert "HttpOnly" in set_cookie and "SameSite=lax" in set_cookie
 
     # A second gateway: its own app and process state, the same database and server secret.
-    other = create_app(cp.settings, models=())
+    other = create_app(cp.settings, build_services(cp.settings, models=()))
     async with AsyncTestClient(other) as second:
         second.follow_redirects = False
         for c in cp.client.cookies.jar:  # the browser's cookies go wherever the LB sends it

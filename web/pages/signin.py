@@ -13,7 +13,8 @@ from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery, QueryParameter
 
-from hydrant.platform.auth.dependencies import authenticate_guarded, authenticator_of
+from hydrant.platform.auth.context import authenticator_of
+from hydrant.platform.auth.dependencies import authenticate_guarded
 from hydrant.platform.auth.principal import ADMIN_SCOPE, INFERENCE_SCOPE, Principal
 from hydrant.platform.errors import DomainError, PermissionDenied, RateLimited
 from hydrant.web.context import Page, safe_next
@@ -101,5 +102,5 @@ async def _authenticate(request: Request[Any, Any, Any], key: str) -> tuple[Prin
         if exc.code != "insufficient_scope":
             raise
     # The key is valid (only its scope was wrong): no guess to count on the second look.
-    authenticator = authenticator_of(request.app.state)
+    authenticator = authenticator_of(request.app)
     return await authenticator.authenticate(header, INFERENCE_SCOPE), INFERENCE_SCOPE

@@ -20,10 +20,12 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import Select
 
 from hydrant.platform.app import create_app
+from hydrant.platform.auth.from_settings import bootstrap_key
+from hydrant.platform.auth.key_codec import generate_key
 from hydrant.platform.auth.last_used import LastUsedRecorder
-from hydrant.platform.auth.plugin import bootstrap_key
 from hydrant.platform.auth.service import Authenticator
-from hydrant.platform.keys.codec import generate_key
+from hydrant.platform.keys.service import store_bootstrap_key
+from hydrant.platform.services import build_services, services_of
 from hydrant.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -67,8 +69,7 @@ class ControlPlane:
 
     @property
     def authenticator(self) -> Authenticator:
-        authenticator: Authenticator = self.app.state.authenticator
-        return authenticator
+        return services_of(self.app).authenticator
 
     async def in_app(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run `fn` on the app's event loop (its connection pool lives there; asyncpg
@@ -79,7 +80,7 @@ class ControlPlane:
         """One statement in its own unit of work on the app's database; scalar result."""
 
         async def run() -> Any:
-            async with self.app.state.database.session() as session:
+            async with services_of(self.app).database.session() as session:
                 result = await session.execute(statement)
                 return result.scalar() if isinstance(statement, Select) else None
 
@@ -131,17 +132,19 @@ async def control_plane(
 ) -> AsyncIterator[ControlPlane]:
     admin_secret = generate_key("test").secret
     settings = control_plane_settings(database_url, data_dir, admin_secret)
-    app = create_app(settings, models=())
+    services = build_services(settings, models=())
     clock = FakeClock()
-    app.state.authenticator = Authenticator(
-        app.state.database,
+    services.auth.authenticator = Authenticator(
+        services.database,
         lambda: SERVER_SECRET.encode(),
         cache_ttl_s=cache_ttl_s,
         clock=clock.now,
         monotonic=clock.monotonic,
         bootstrap_key=bootstrap_key(settings),
+        store_bootstrap_key=store_bootstrap_key,
         # Tests flush by hand; a background flush mid-test would race their assertions.
-        last_used=LastUsedRecorder(app.state.database, flush_every_s=3600),
+        last_used=LastUsedRecorder(services.database, flush_every_s=3600),
     )
+    app = create_app(settings, services)
     async with AsyncTestClient(app) as client:
         yield ControlPlane(app, client, clock, admin_secret, settings)

@@ -8,10 +8,10 @@ from datetime import timedelta
 from control_plane_helpers import INVALID_BODY, ControlPlane, bearer
 from sqlalchemy import select, update
 
+from hydrant.platform.auth import key_hashing as hashing
+from hydrant.platform.auth.base62 import encode_fixed, random_string
+from hydrant.platform.auth.key_codec import CHECKSUM_LENGTH, PREFIX_RANDOM_LENGTH, generate_key
 from hydrant.platform.db.models import ApiKey
-from hydrant.platform.keys import hashing
-from hydrant.platform.keys.base62 import encode_fixed, random_string
-from hydrant.platform.keys.codec import CHECKSUM_LENGTH, PREFIX_RANDOM_LENGTH, generate_key
 
 
 def _same_prefix_other_secret(secret: str) -> str:

@@ -9,8 +9,8 @@ import pytest
 
 from hydrant.errors import ConfigurationError
 from hydrant.platform.app import create_app
-from hydrant.platform.auth.plugin import cache_ttl
-from hydrant.platform.auth.secret import load_server_secret, secret_file
+from hydrant.platform.auth.from_settings import cache_ttl
+from hydrant.platform.server_secret import load_server_secret, secret_file
 from hydrant.settings import load_settings
 
 
@@ -40,14 +40,14 @@ def test_short_secrets_are_refused(data_dir: Path) -> None:
 
 
 def test_building_the_app_touches_no_file(data_dir: Path) -> None:
-    create_app(load_settings({}, data_dir=data_dir), models=())
+    create_app(load_settings({}, data_dir=data_dir))
     assert list(data_dir.iterdir()) == []
 
 
 def test_malformed_bootstrap_key_is_a_configuration_error(data_dir: Path) -> None:
     settings = load_settings({}, data_dir=data_dir, admin_bootstrap_key="hyd_live_nope")
     with pytest.raises(ConfigurationError, match="HYDRANT_ADMIN_BOOTSTRAP_KEY") as caught:
-        create_app(settings, models=())
+        create_app(settings)
     assert "hyd_live_nope" not in str(caught.value)  # even a wrong key is not echoed
 
 

@@ -19,10 +19,11 @@ from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.db.models import ApiKey, LedgerEntry, ModelDeployment, Price, Tenant
 from hydrant.platform.db.session import Database
 from hydrant.platform.digests import repository
-from hydrant.platform.inference.accounting import Outcome, RequestContext
 from hydrant.platform.inference.params import PreparedRequest
+from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
+from hydrant.platform.quotas.admission import RequestContext
 
 TZ = "America/New_York"
 DAY = date(2026, 11, 30)  # the digest's day, in the tenant's zone

@@ -12,6 +12,7 @@ from sqlalchemy import select, update
 
 from hydrant.platform.db.models import BudgetAlertSend, Plan, Tenant
 from hydrant.platform.db.session import Database
+from hydrant.platform.job_table import JOB_TABLE
 from hydrant.platform.jobs.scheduler import EmbeddedScheduler
 from hydrant.settings import load_settings
 
@@ -43,7 +44,7 @@ async def test_each_threshold_is_mailed_once_per_period(
     ledger = make_ledger(db, data_dir)
     clock = [NOW]
     settings = load_settings({}, data_dir=data_dir, smtp_url=smtp.url(), secret_key="s" * 40)
-    jobs = EmbeddedScheduler(settings, db, clock=lambda: clock[0], periodic=())
+    jobs = EmbeddedScheduler(settings, db, JOB_TABLE, clock=lambda: clock[0], periodic=())
 
     async def check() -> None:
         await jobs.run("hydrant.budgets.check")
@@ -133,7 +134,7 @@ async def test_a_failed_alert_mail_is_retried_by_the_next_check(
     )  # 2.40: 120%
     clock = [NOW]
     settings = load_settings({}, data_dir=data_dir, smtp_url=smtp.url(), secret_key="s" * 40)
-    jobs = EmbeddedScheduler(settings, db, clock=lambda: clock[0], periodic=())
+    jobs = EmbeddedScheduler(settings, db, JOB_TABLE, clock=lambda: clock[0], periodic=())
     smtp.inbox.refuse_next = 10  # the server refuses everything for now
 
     await jobs.run("hydrant.budgets.check")

@@ -32,9 +32,9 @@ from sqlalchemy import select
 from hydrant.platform.db.models import DigestSend
 from hydrant.platform.db.session import Database
 from hydrant.platform.digests.figures import local_day_window
-from hydrant.platform.digests.mailer import MailError, SmtpMailer
 from hydrant.platform.digests.render import CHART_CID, money
 from hydrant.platform.digests.service import DigestService
+from hydrant.platform.mail.mailer import MailError, SmtpMailer
 from hydrant.settings import Settings, load_settings
 
 SECRET = b"digest-test-secret-0123456789abcdef"

@@ -9,8 +9,8 @@ from digest_factories import make_world
 
 from hydrant.platform.db.models import DigestSettings
 from hydrant.platform.db.session import Database
-from hydrant.platform.digests.mailer import OutboxMailer
 from hydrant.platform.digests.service import DigestService
+from hydrant.platform.mail.mailer import OutboxMailer
 from hydrant.settings import load_settings
 
 

@@ -14,8 +14,8 @@ from digest_factories import DAY, SEND_AT
 from smtp_inbox import SmtpServer
 
 from hydrant.platform.db.session import Database
-from hydrant.platform.digests.mailer import SmtpMailer
 from hydrant.platform.digests.service import DigestService
+from hydrant.platform.mail.mailer import SmtpMailer
 
 
 @pytest.fixture()

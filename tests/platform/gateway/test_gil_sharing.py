@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hydrant.platform.gateway import GIL_SWITCH_INTERVAL_S, share_gil_with_engines
+from hydrant.platform.services import GIL_SWITCH_INTERVAL_S, share_gil_with_engines
 
 
 @pytest.fixture()

@@ -11,6 +11,7 @@ from litestar.testing import AsyncTestClient
 
 from hydrant.platform.app import create_app
 from hydrant.platform.db import migrate
+from hydrant.platform.services import build_services
 from hydrant.settings import ModelSpec, load_settings
 
 
@@ -27,7 +28,7 @@ async def _get(
     url: str, models: tuple[ModelSpec, ...], tmp_path: Path, route: str
 ) -> tuple[int, dict]:
     settings = load_settings({}, data_dir=tmp_path, database_url=url)
-    app = create_app(settings, models=models)
+    app = create_app(settings, build_services(settings, models=models))
     async with AsyncTestClient(app) as client:
         response = await client.get(route)
         return response.status_code, response.json()

@@ -18,9 +18,8 @@ from litestar.testing import AsyncTestClient
 
 from hydrant.platform.app import create_app
 from hydrant.platform.db import migrate
-from hydrant.platform.db.session import Database
-from hydrant.platform.gateway import Gateway
 from hydrant.platform.keys import generate_key
+from hydrant.platform.services import build_services
 from hydrant.runtime import load_embedded_engines
 from hydrant.settings import ModelSpec, load_settings
 
@@ -46,11 +45,9 @@ async def api(
 
     await asyncio.to_thread(migrate.upgrade, settings.effective_database_url)
     engines = load_embedded_engines(settings)
-    database = Database(settings.effective_database_url)
-    app = create_app(
-        settings, database=database, gateway=Gateway.build(settings, database, engines.registry)
-    )
-    app.on_shutdown.append(engines.shutdown)  # on the app's own loop, as `hydrant serve` does
+    services = build_services(settings, registry=engines.registry)
+    services.on_stop.append(engines.shutdown)  # on the app's own loop, as `hydrant serve` does
+    app = create_app(settings, services)
     async with AsyncTestClient(app) as client:
         headers = {"Authorization": f"Bearer {admin}"}
         tenant = await client.post("/admin/tenants", json={"name": "t"}, headers=headers)

@@ -20,10 +20,11 @@ from hydrant.engine.protocol import (
 )
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.errors import InvalidRequest
-from hydrant.platform.inference.accounting import Admission, Outcome, RequestContext
 from hydrant.platform.inference.params import PreparedPrompt, PreparedRequest
 from hydrant.platform.inference.service import InferenceService
+from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.models.registry import ServedModel
+from hydrant.platform.quotas.admission import Admission, RequestContext
 
 
 class ScriptedEngine:

@@ -27,6 +27,7 @@ from sqlalchemy import select
 
 from hydrant.platform.db.models import DigestSend, DigestSettings
 from hydrant.platform.db.session import Database
+from hydrant.platform.job_table import JOB_TABLE
 from hydrant.platform.jobs.celery_app import make_celery
 from hydrant.settings import Settings, load_settings
 
@@ -124,7 +125,7 @@ def test_tasks_delivered_twice_or_retried_mail_once(
     job_settings: Settings, worker: subprocess.Popen[bytes], smtp: SmtpServer
 ) -> None:
     tenant_id = asyncio.run(prepare(job_settings))
-    app = make_celery(job_settings)
+    app = make_celery(job_settings, JOB_TABLE)
     kwargs = {"tenant_id": tenant_id, "day": DAY.isoformat()}
 
     results = wait([app.send_task("hydrant.digests.send_tenant", kwargs=kwargs) for _ in range(2)])

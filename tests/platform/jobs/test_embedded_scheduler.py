@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from hydrant.platform.db.models import LedgerHourlyRollup
 from hydrant.platform.db.session import Database
-from hydrant.platform.jobs.registry import PERIODIC
+from hydrant.platform.job_table import JOB_TABLE, PERIODIC
 from hydrant.platform.jobs.scheduler import EmbeddedScheduler
 from hydrant.settings import load_settings
 
@@ -53,7 +53,13 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         )
     fast = tuple(replace(p, every_s=0.05) for p in PERIODIC)
     jobs = EmbeddedScheduler(
-        settings, db, periodic=fast, tick_s=0.02, first_tick_after_s=0, clock=lambda: SEND_AT
+        settings,
+        db,
+        JOB_TABLE,
+        periodic=fast,
+        tick_s=0.02,
+        first_tick_after_s=0,
+        clock=lambda: SEND_AT,
     )
     assert {p.job for p in jobs.periodic} == {
         "hydrant.digests.dispatch",
@@ -107,16 +113,23 @@ async def test_the_gateway_lifespan_starts_and_stops_the_scheduler(
     from litestar.testing import AsyncTestClient
 
     from hydrant.platform.app import create_app
-    from hydrant.platform.gateway import Gateway
     from hydrant.platform.models.registry import ModelRegistry
+    from hydrant.platform.services import build_services
 
     settings = load_settings({}, data_dir=data_dir, database_url=db.url)
-    gateway = Gateway.build(settings, Database(db.url), ModelRegistry())
-    jobs = EmbeddedScheduler(
-        settings, gateway.database, tick_s=0.02, first_tick_after_s=0, clock=lambda: SEND_AT
+    services = build_services(
+        settings, database=Database(db.url), registry=ModelRegistry(), models=()
     )
-    gateway.background.append(jobs)
-    app = create_app(settings, database=gateway.database, gateway=gateway, models=())
+    jobs = EmbeddedScheduler(
+        settings,
+        services.database,
+        JOB_TABLE,
+        tick_s=0.02,
+        first_tick_after_s=0,
+        clock=lambda: SEND_AT,
+    )
+    services.background.append(jobs)
+    app = create_app(settings, services)
 
     async with AsyncTestClient(app) as client:
         assert (await client.get("/healthz")).status_code == 200

@@ -9,10 +9,11 @@ import pytest
 
 from hydrant.errors import ConfigurationError
 from hydrant.platform.digests.figures import change_percent, local_day_window
-from hydrant.platform.digests.mailer import OutboxMailer, SmtpMailer, make_mailer
 from hydrant.platform.digests.unsubscribe import make_token, read_token
 from hydrant.platform.errors import InvalidRequest
+from hydrant.platform.job_table import JOB_TABLE
 from hydrant.platform.jobs.celery_app import make_celery
+from hydrant.platform.mail.mailer import OutboxMailer, SmtpMailer, make_mailer
 from hydrant.settings import load_settings
 
 SECRET = b"unit-secret-0123456789abcdef0123"
@@ -67,8 +68,9 @@ def test_change_percent() -> None:
 
 def test_celery_needs_redis_and_is_built_from_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigurationError, match="HYDRANT_REDIS_URL"):
-        make_celery(load_settings({}, data_dir=tmp_path))
-    app = make_celery(load_settings({}, data_dir=tmp_path, redis_url="redis://127.0.0.1:1/5"))
+        make_celery(load_settings({}, data_dir=tmp_path), JOB_TABLE)
+    settings = load_settings({}, data_dir=tmp_path, redis_url="redis://127.0.0.1:1/5")
+    app = make_celery(settings, JOB_TABLE)
     assert app.conf.broker_url == "redis://127.0.0.1:1/5"
     assert app.conf.task_acks_late and app.conf.task_reject_on_worker_lost
     assert not app.conf.task_always_eager

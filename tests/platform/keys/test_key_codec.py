@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hydrant.platform.auth.base62 import ALPHABET, encode_fixed
+from hydrant.platform.auth.key_codec import KEY_LENGTH
 from hydrant.platform.keys import (
     KEY_PATTERN,
     MalformedKeyError,
@@ -15,8 +17,6 @@ from hydrant.platform.keys import (
     parse_key,
     redact_keys,
 )
-from hydrant.platform.keys.base62 import ALPHABET, encode_fixed
-from hydrant.platform.keys.codec import KEY_LENGTH
 
 
 @pytest.mark.parametrize("env", ["live", "test"])

@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
+from hydrant.platform.auth.key_codec import generate_key, parse_key
+from hydrant.platform.auth.key_hashing import hash_key
 from hydrant.platform.auth.principal import CONSOLE, Principal
 from hydrant.platform.db.models import ApiKey, Tenant
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
-from hydrant.platform.keys.codec import generate_key, parse_key
-from hydrant.platform.keys.hashing import hash_key
 from hydrant.platform.keys.service import KeyService
 
 SECRET = b"k" * 32

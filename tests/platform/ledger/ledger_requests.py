@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hydrant.engine.protocol import Sampling
-from hydrant.platform.inference.accounting import RequestContext
 from hydrant.platform.inference.params import PreparedRequest
+from hydrant.platform.quotas.admission import RequestContext
 
 
 def request_context(request_id: str, tenant_id: str) -> RequestContext:

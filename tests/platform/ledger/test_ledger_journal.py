@@ -22,10 +22,11 @@ from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import LedgerEntry, Tenant
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import ServiceUnavailable
-from hydrant.platform.inference.accounting import Outcome, RequestContext
+from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
 from hydrant.platform.ledger.spool_codec import decode_record
+from hydrant.platform.quotas.admission import RequestContext
 from hydrant.settings import load_settings
 
 OUTCOME = Outcome(

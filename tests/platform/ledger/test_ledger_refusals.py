@@ -15,7 +15,7 @@ from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import LedgerEntry, Tenant
 from hydrant.platform.db.session import Database
-from hydrant.platform.inference.accounting import Outcome
+from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
 

@@ -29,10 +29,11 @@ from hydrant.platform.db import migrate
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import LedgerEntry, Tenant
 from hydrant.platform.db.session import Database
-from hydrant.platform.inference.accounting import Outcome, RequestContext
+from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
 from hydrant.platform.models.deployments import ensure_deployments
+from hydrant.platform.quotas.admission import RequestContext
 from hydrant.settings import ModelSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -17,8 +17,8 @@ from hydrant.errors import ConfigurationError
 from hydrant.platform.app import create_app
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
-from hydrant.platform.inference.accounting import Outcome, RequestContext
 from hydrant.platform.inference.params import PreparedRequest
+from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.ledger.spool import LedgerSpool
 from hydrant.platform.metrics import (
     METRICS_CONTENT_TYPE,
@@ -27,6 +27,8 @@ from hydrant.platform.metrics import (
     metrics_route,
     render_registries,
 )
+from hydrant.platform.quotas.admission import RequestContext
+from hydrant.platform.services import build_services
 from hydrant.settings import load_settings
 
 START = datetime(2026, 3, 1, 12, tzinfo=UTC)
@@ -230,8 +232,10 @@ async def test_metrics_route_serves_the_registries_it_was_given() -> None:
 
 
 async def test_the_gateway_app_serves_metrics(data_dir: Path) -> None:
-    app = create_app(load_settings({}, data_dir=data_dir), models=())
-    app.state.gateway_metrics.set_spool_depth(3)
+    settings = load_settings({}, data_dir=data_dir)
+    services = build_services(settings, models=())
+    services.metrics.set_spool_depth(3)
+    app = create_app(settings, services)
     async with AsyncTestClient(app) as client:
         response = await client.get("/metrics")
     assert response.status_code == 200
@@ -241,7 +245,7 @@ async def test_the_gateway_app_serves_metrics(data_dir: Path) -> None:
 
 async def test_with_a_metrics_token_a_scrape_must_carry_it(data_dir: Path) -> None:
     token = "scrape-" + "x" * 24
-    app = create_app(load_settings({"HYDRANT_METRICS_TOKEN": token}, data_dir=data_dir), models=())
+    app = create_app(load_settings({"HYDRANT_METRICS_TOKEN": token}, data_dir=data_dir))
     async with AsyncTestClient(app) as client:
         anonymous = await client.get("/metrics")
         wrong = await client.get("/metrics", headers={"Authorization": f"Bearer {token}y"})
@@ -259,4 +263,4 @@ async def test_with_a_metrics_token_a_scrape_must_carry_it(data_dir: Path) -> No
 
 def test_a_short_metrics_token_is_refused_at_start(data_dir: Path) -> None:
     with pytest.raises(ConfigurationError, match="at least 16 characters"):
-        create_app(load_settings({}, data_dir=data_dir, metrics_token="short"), models=())
+        create_app(load_settings({}, data_dir=data_dir, metrics_token="short"))

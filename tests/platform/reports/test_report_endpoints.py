@@ -12,6 +12,7 @@ from control_plane_helpers import ControlPlane, bearer
 from report_factories import Row, add_models, insert_rows, row
 
 from hydrant.platform.billing.money import round_money
+from hydrant.platform.services import services_of
 
 DAY = datetime(2026, 3, 5, tzinfo=UTC)
 PERIOD = {
@@ -36,7 +37,7 @@ async def seed(cp: ControlPlane) -> tuple[dict[str, Any], str, dict[str, Any], s
     ]  # fmt: skip
 
     async def write() -> None:
-        async with cp.app.state.database.session() as session:
+        async with services_of(cp.app).database.session() as session:
             models = await add_models(session, ["alpha", "beta"])
             await insert_rows(session, entries, models)
 

@@ -1,0 +1,53 @@
+"""The control-plane services outside a request: for the console (`hydrant tenants …`).
+
+Same services as the admin API, made by the same providers (`*/deps.py`), on
+one session of the configured database (one unit of work: committed when the
+block succeeds), acting as the console principal. Why not copies of the
+service logic: a rule changed in a service must hold at the console too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from hydrant.platform.auth.from_settings import build_authenticator
+from hydrant.platform.auth.principal import CONSOLE, Principal
+from hydrant.platform.db.session import Database
+from hydrant.platform.keys.deps import provide_key_service
+from hydrant.platform.keys.service import KeyService
+from hydrant.platform.prices.deps import provide_price_service
+from hydrant.platform.prices.service import PriceService
+from hydrant.platform.tenants.deps import provide_plan_service, provide_tenant_service
+from hydrant.platform.tenants.plan_service import PlanService
+from hydrant.platform.tenants.service import TenantService
+from hydrant.settings import Settings
+
+
+@dataclass
+class AdminServices:
+    principal: Principal
+    tenants: TenantService
+    plans: PlanService
+    keys: KeyService
+    prices: PriceService
+
+
+@asynccontextmanager
+async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
+    database = Database(settings.effective_database_url)
+    # This process's own authenticator: its cache is empty and dies with the command;
+    # a gateway's cache drops a changed key or tenant within its TTL.
+    authenticator = build_authenticator(settings, database, store_bootstrap_key=None)
+    try:
+        async with database.session() as session:
+            yield AdminServices(
+                principal=CONSOLE,
+                tenants=await provide_tenant_service(session, authenticator),
+                plans=await provide_plan_service(session, authenticator),
+                keys=await provide_key_service(session, authenticator, settings),
+                prices=await provide_price_service(session, authenticator),
+            )
+    finally:
+        await database.dispose()

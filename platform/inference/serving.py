@@ -1,0 +1,124 @@
+"""The request path every `/v1` surface shares: model lookup, preparation, screening,
+admission and dispatch, then the surface's rendering, whole or streamed.
+
+Each surface (chat/, completions/, responses/, embeddings/) is an `Endpoint`:
+its body type, how it prepares a request and how it renders the answer. The
+rules live in params.py and service.py; this module only runs them in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Request
+from litestar.response import Response, Stream
+
+from hydrant.engine.tokenizer import Tokenizer
+from hydrant.platform.auth.principal import Principal
+from hydrant.platform.errors import PermissionDenied
+from hydrant.platform.http.request_id import request_id_for
+from hydrant.platform.inference.deps import InferenceApi
+from hydrant.platform.inference.params import PreparedRequest, check_constraint
+from hydrant.platform.inference.schemas import decode_body
+from hydrant.platform.inference.service import Generation
+from hydrant.platform.models.registry import ServedModel
+from hydrant.platform.quotas.admission import RequestContext
+
+SSE_HEADERS = {
+    # Set here, not only as `media_type`: Litestar lets the handler's (JSON) media type win
+    # over a `Stream`'s, and SSE clients and proxies go by this header.
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
+
+
+def served_model(api: InferenceApi, principal: Principal, name: str) -> ServedModel:
+    """The model a request names, if this gateway serves it (404) and the key may use it (403)."""
+    model = api.registry.get(name)  # 404 model_not_found
+    check_model_allowed(principal, model.name)
+    return model
+
+
+def check_model_allowed(principal: Principal, model: str) -> None:
+    allowed = principal.allowed_models
+    if allowed is not None and model not in allowed:
+        raise PermissionDenied(
+            f"your plan does not include the model `{model}`",
+            param="model",
+            code="model_not_allowed",
+        )
+
+
+def _context(
+    request: Request[Any, Any, Any],
+    principal: Principal,
+    model: ServedModel,
+    prepared: PreparedRequest,
+    priority: int,
+) -> RequestContext[PreparedRequest]:
+    return RequestContext(
+        request_id=request_id_for(request.scope),
+        tenant_id=principal.tenant_id or "admin",
+        api_key_id=principal.key_id,
+        key_prefix=principal.key_prefix,
+        model=model.name,
+        prepared=prepared,
+        tenant_weight=principal.weight,
+        priority=priority,
+        plan=principal.plan,
+        max_model_len=model.max_model_len,
+    )
+
+
+def _screen(
+    api: InferenceApi, principal: Principal, model: ServedModel, prepared: PreparedRequest
+) -> None:
+    for prompt in prepared.prompts:
+        api.abuse.check(
+            principal.key_id,
+            prompt.token_ids,
+            model.tokenizer.special_token_ids,
+            param=prepared.prompt_field,
+        )
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What differs between the surfaces; the request path is shared."""
+
+    body: type[Any]  # a msgspec struct with `model` and `priority`
+    prepare: Callable[[Any, ServedModel, int], PreparedRequest]
+    whole: Callable[[Generation, Tokenizer], Awaitable[object]]
+    stream: Callable[[Generation, Tokenizer], AsyncIterator[bytes]] | None = None
+
+
+async def serve(
+    request: Request[Any, Any, Any], api: InferenceApi, principal: Principal, endpoint: Endpoint
+) -> Any:
+    body = decode_body(await request.body(), endpoint.body)
+    return await serve_body(request, api, principal, endpoint, body)
+
+
+async def serve_body(
+    request: Request[Any, Any, Any],
+    api: InferenceApi,
+    principal: Principal,
+    endpoint: Endpoint,
+    body: Any,
+) -> Any:
+    model = served_model(api, principal, body.model)
+    prepared = endpoint.prepare(body, model, api.default_max_tokens)
+    await check_constraint(prepared)
+    _screen(api, principal, model, prepared)
+    ctx = _context(request, principal, model, prepared, body.priority)
+    generation = await api.service.start(ctx, model)
+    if prepared.stream and endpoint.stream is not None:
+        return Stream(
+            endpoint.stream(generation, model.tokenizer),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+        )
+    return Response(await endpoint.whole(generation, model.tokenizer))

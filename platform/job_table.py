@@ -1,0 +1,34 @@
+"""Every job by name, and the periodic schedule: one table for Celery beat and the embedded loop.
+
+Like the app's one list of controllers (app.py), this is the one place that
+names every domain's jobs; the jobs package only runs a table it is given.
+"""
+
+from __future__ import annotations
+
+from hydrant.platform.digests.tasks import TASKS as DIGEST_TASKS
+from hydrant.platform.dispatch.tasks import TASKS as POOL_TASKS
+from hydrant.platform.inference.responses.tasks import TASKS as RESPONSE_TASKS
+from hydrant.platform.jobs.registry import JobTable, Periodic
+from hydrant.platform.ledger.tasks import TASKS as LEDGER_TASKS
+from hydrant.platform.reports.tasks import TASKS as REPORT_TASKS
+
+# Digests and alerts are checked every few minutes, not once at the hour: the check
+# sends only what is due and not yet claimed, so a tick missed (beat or gateway down)
+# is caught up by the next one, and extra ticks cost one query.
+PERIODIC: tuple[Periodic, ...] = (
+    Periodic("daily-digests", "hydrant.digests.dispatch", 300.0),
+    Periodic("budget-alerts", "hydrant.budgets.check", 300.0),
+    Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
+    Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
+    # The gateway replays its own spool every few seconds; this is for one that stopped.
+    Periodic("spool-replay", "hydrant.ledger.replay_spool", 60.0, embedded=False),
+    # Pools exist only with Redis, where Celery beat runs this; a gateway with pools also
+    # scales its own down in its idle loop (the same `scale_down`), so nothing is lost
+    # on the embedded default, which has no worker registry to read.
+    Periodic("scale-to-zero-reaper", "hydrant.pools.reap", 60.0, embedded=False),
+)
+
+JOB_TABLE = JobTable.of(
+    (*DIGEST_TASKS, *REPORT_TASKS, *LEDGER_TASKS, *RESPONSE_TASKS, *POOL_TASKS), PERIODIC
+)

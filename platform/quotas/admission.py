@@ -1,0 +1,87 @@
+"""The admission side of the request path: who asks for what, and the gate it passes.
+
+Quotas and budgets (`Gatekeeper`) reserve before a request runs and settle
+after it, exactly once whatever happens; the ledger (ledger/accounting.py)
+records it. The inference API builds one `RequestContext` per request; these
+layers sit below it and read it through the protocols here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+from hydrant.engine.protocol import Sampling
+from hydrant.platform.db.base import utcnow
+from hydrant.platform.ledger.accounting import Outcome
+from hydrant.platform.quotas.policy import PlanPolicy
+
+
+class PromptShape(Protocol):
+    """One prompt of a request, as quotas count it: its tokens and its sampling settings."""
+
+    @property
+    def token_ids(self) -> list[int]: ...
+
+    @property
+    def sampling(self) -> Sampling: ...
+
+
+class Prepared(Protocol):
+    """What admission and metering read of a prepared request. The inference API's
+    `PreparedRequest` is one; these layers sit below it and do not import it."""
+
+    @property
+    def prompts(self) -> Sequence[PromptShape]: ...
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def prompt_field(self) -> str: ...
+
+
+P = TypeVar("P", bound=Prepared)
+
+
+@dataclass
+class RequestContext(Generic[P]):
+    """Who asked for what; the request id keys the ledger entry (idempotent)."""
+
+    request_id: str
+    tenant_id: str
+    api_key_id: str | None
+    key_prefix: str
+    model: str
+    prepared: P
+    tenant_weight: float = 1.0
+    priority: int = 0
+    plan: PlanPolicy | None = None
+    max_model_len: int | None = None
+    started_at: datetime = field(default_factory=utcnow)
+
+
+class Admission(Protocol):
+    async def settle(self, outcome: Outcome) -> None:
+        """Give back what was reserved and charge what was used."""
+        ...
+
+
+class Gatekeeper(Protocol):
+    async def admit(self, ctx: RequestContext[Any]) -> Admission:
+        """Reserve the request's limits and budget, or raise `RateLimited`/`BudgetExhausted`."""
+        ...
+
+
+class NoSettlement:
+    async def settle(self, outcome: Outcome) -> None:
+        return None
+
+
+class OpenGate:
+    """Admits everything: the gate used where no quota backend is configured (tests of the API)."""
+
+    async def admit(self, ctx: RequestContext[Any]) -> Admission:
+        return NoSettlement()

@@ -1,0 +1,309 @@
+"""The `Gatekeeper` of the request path: length tiers, the long lane, limits and budgets.
+
+Order matters: a request that can never be served (prompt too long) is a
+422 before anything is counted; a long request waits for a place in its
+model's long lane before it takes any rate or budget; budgets reserve the
+request's maximum cost and settle to its actual cost, so concurrent requests
+cannot overspend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
+from hydrant.platform.errors import (
+    BudgetExhausted,
+    InvalidRequest,
+    RateLimited,
+    ServiceUnavailable,
+    Unprocessable,
+)
+from hydrant.platform.ledger.accounting import Outcome
+from hydrant.platform.quotas import Admission as QuotaAdmission
+from hydrant.platform.quotas import (
+    LimitKind,
+    QuotaBackend,
+    QuotaBackendUnavailable,
+    QuotaExceeded,
+    RequestTooLargeError,
+    TenantQuota,
+    Tier,
+    TierDecision,
+    TierPolicy,
+    build_checks,
+    classify,
+    settle_amounts,
+)
+from hydrant.platform.quotas.admission import Admission, Prepared, RequestContext
+
+log = logging.getLogger(__name__)
+
+PriceLookup = Callable[[str], Price | None]
+
+
+class LaneFull(Exception):
+    pass
+
+
+class LongLane:
+    """A bounded FIFO queue in front of a model's long requests: at most `slots` prompts run
+    at once.
+
+    A batched request holds one place per prompt (at most all of them), granted together, so
+    two half-admitted batches can never hold each other's places. Places go in arrival order:
+    a batch waiting for several places is not overtaken by single prompts behind it.
+    """
+
+    def __init__(self, slots: int, max_waiting: int) -> None:
+        self.slots = slots
+        self.max_waiting = max_waiting
+        self._free = slots
+        self._queue: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def weight(self, prompts: int) -> int:
+        return max(1, min(prompts, self.slots))
+
+    async def enter(self, timeout_s: float, prompts: int = 1) -> None:
+        need = self.weight(prompts)
+        if not self._queue and self._free >= need:
+            self._free -= need
+            return
+        if len(self._queue) >= self.max_waiting:
+            raise LaneFull
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (need, granted)
+        self._queue.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(granted), timeout_s)
+        except BaseException:
+            if granted.done():  # granted as the wait ended: give the places back
+                self._free += need
+            else:
+                self._queue.remove(entry)
+                granted.cancel()
+            self._grant()
+            raise
+
+    def leave(self, prompts: int = 1) -> None:
+        self._free += self.weight(prompts)
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._queue and self._queue[0][0] <= self._free:
+            need, granted = self._queue.popleft()
+            self._free -= need
+            granted.set_result(None)
+
+
+@dataclass
+class _Settlement:
+    backend: QuotaBackend
+    admission: QuotaAdmission | None
+    lane: LongLane | None
+    price: Price | None
+    prompts: int = 1
+
+    async def settle(self, outcome: Outcome) -> None:
+        try:
+            if self.admission is not None and self.admission.metered:
+                usage = outcome.usage
+                money = Decimal(0)
+                if self.price is not None:
+                    money = charge_for(
+                        TokenUsage(
+                            input_tokens=usage.prompt_tokens,
+                            output_tokens=usage.completion_tokens,
+                            cached_input_tokens=usage.cached_tokens,
+                        ),
+                        self.price,
+                    )
+                actual = settle_amounts(
+                    self.admission,
+                    tokens=usage.prompt_tokens + usage.completion_tokens,
+                    money=money,
+                )
+                await self.backend.settle(self.admission, actual)
+        finally:
+            if self.lane is not None:
+                self.lane.leave(self.prompts)
+
+
+def _quota(ctx: RequestContext) -> tuple[TierPolicy, TenantQuota]:
+    plan = ctx.plan
+    if plan is None:
+        return TierPolicy(), TenantQuota()
+    return plan.tiers, TenantQuota(
+        requests_per_minute=plan.requests_per_minute,
+        tokens_per_minute=plan.tokens_per_minute,
+        max_concurrent=plan.max_concurrent_requests,
+        tokens_per_day=plan.tokens_per_day,
+        tokens_per_month=plan.tokens_per_month,
+        spend_per_day=plan.spend_per_day,
+        spend_per_month=plan.spend_per_month,
+    )
+
+
+_LIMIT_WORDS = {
+    "key_rate": "requests per second for this API key at this request size",
+    "tenant_rpm": "requests per minute for your organization",
+    "tenant_tpm": "tokens per minute for your organization",
+    "concurrency": "concurrent requests for your organization",
+    "tokens_day": "daily token budget",
+    "tokens_month": "monthly token budget",
+    "spend_day": "daily spend budget",
+    "spend_month": "monthly spend budget",
+}
+
+
+class QuotaGate:
+    def __init__(
+        self,
+        backend: QuotaBackend,
+        prices: PriceLookup,
+        *,
+        long_lane_slots: int = 2,
+        long_lane_queue: int = 64,
+        on_refusal: Callable[[str, str], None] | None = None,
+        on_lane_wait: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.prices = prices
+        self._lanes: dict[str, LongLane] = {}
+        self._lane_slots = long_lane_slots
+        self._lane_queue = long_lane_queue
+        self._refused = on_refusal or (lambda tenant, reason: None)
+        self._lane_waited = on_lane_wait or (lambda model, seconds: None)
+
+    def lane(self, model: str) -> LongLane:
+        if model not in self._lanes:
+            self._lanes[model] = LongLane(self._lane_slots, self._lane_queue)
+        return self._lanes[model]
+
+    async def admit(self, ctx: RequestContext) -> Admission:
+        def refused(reason: str) -> None:
+            self._refused(ctx.tenant_id, reason)
+
+        policy, quota = _quota(ctx)
+        prepared = ctx.prepared
+        prompts = len(prepared.prompts)
+        tier = self._tier(prepared, policy, ctx.max_model_len, refused)
+        if tier.requests_per_s is not None and prompts > tier.requests_per_s:
+            refused("batch_over_key_rate")
+            raise InvalidRequest(
+                f"{prompts} prompts of this size ({tier.total_tokens} tokens with max_tokens) "
+                f"exceed this key's limit of {tier.requests_per_s} such prompts per second; "
+                f"send at most {tier.requests_per_s} per request",
+                param="prompt",
+                code="batch_too_large",
+            )
+        output_tokens = sum(p.sampling.max_tokens * p.sampling.n for p in prepared.prompts)
+        reserve_tokens = prepared.prompt_tokens + output_tokens
+        price = self.prices(ctx.model)
+        reserve = Decimal(0)
+        if price is not None:
+            reserve = charge_for(
+                TokenUsage(input_tokens=prepared.prompt_tokens, output_tokens=output_tokens),
+                price,
+            )
+        lane = None
+        if tier.tier is Tier.LONG:
+            lane = self.lane(ctx.model)
+            waited_from = time.monotonic()
+            try:
+                await lane.enter(tier.queue_timeout_s or policy.long_queue_timeout_s, prompts)
+                self._lane_waited(ctx.model, time.monotonic() - waited_from)
+            except LaneFull:
+                refused("long_lane_full")
+                raise RateLimited(
+                    "the long-request lane of this model is full; retry later",
+                    code="long_lane_full",
+                    retry_after=5,
+                ) from None
+            except TimeoutError:
+                refused("long_lane_timeout")
+                raise RateLimited(
+                    f"the request ({tier.total_tokens} tokens) waited "
+                    f"{policy.long_queue_timeout_s:g} s in the long-request lane and was dropped",
+                    code="long_lane_timeout",
+                    retry_after=policy.long_queue_timeout_s,
+                ) from None
+        checks = build_checks(
+            tenant_id=ctx.tenant_id,
+            key_id=ctx.api_key_id or "none",
+            tier=tier,
+            quota=quota,
+            reserve_tokens=reserve_tokens,
+            reserve_money=reserve,
+            requests=prompts,
+            at=ctx.started_at,
+        )
+        try:
+            admission = await self.backend.admit(checks) if checks else None
+        except QuotaExceeded as exc:
+            if lane is not None:
+                lane.leave(prompts)
+            refusal = exc.refusal
+            refused(refusal.limit_name)
+            words = _LIMIT_WORDS.get(refusal.limit_name, refusal.limit_name)
+            if refusal.kind is LimitKind.BUDGET:
+                raise BudgetExhausted(
+                    f"{words} exhausted ({refusal.limit_name}); it renews with its period",
+                    code=refusal.limit_name,
+                    retry_after=refusal.retry_after_s,
+                ) from exc
+            raise RateLimited(
+                f"rate limit reached: {words} (limit {refusal.limit})",
+                code=refusal.limit_name,
+                retry_after=refusal.retry_after_s,
+            ) from exc
+        except QuotaBackendUnavailable as exc:
+            if lane is not None:
+                lane.leave(prompts)
+            refused("quota_backend_unavailable")
+            raise ServiceUnavailable(
+                "the quota service is unavailable; requests are refused until it recovers",
+                code="quota_unavailable",
+                retry_after=2,
+            ) from exc
+        return _Settlement(self.backend, admission, lane, price, prompts)
+
+    def _tier(
+        self,
+        prepared: Prepared,
+        policy: TierPolicy,
+        model_context: int | None,
+        refused: Callable[[str], None],
+    ) -> TierDecision:
+        """The tier of the request's largest prompt: each prompt is its own sequence on the
+        device, so a batch is as long as its longest member, and counts once per prompt."""
+        largest: TierDecision | None = None
+        for prompt in prepared.prompts:
+            sampling = prompt.sampling
+            try:
+                tier = classify(
+                    len(prompt.token_ids), sampling.max_tokens, policy, model_context=model_context
+                )
+            except RequestTooLargeError as exc:
+                refused(exc.reason)
+                raise Unprocessable(
+                    f"{exc}; shorten the prompt or lower max_tokens",
+                    param=prepared.prompt_field
+                    if exc.reason == "prompt_too_long"
+                    else "max_tokens",
+                    code="context_length_exceeded",
+                ) from exc
+            if largest is None or tier.total_tokens > largest.total_tokens:
+                largest = tier
+        assert largest is not None  # a prepared request has at least one prompt
+        return largest

@@ -1,0 +1,332 @@
+"""Every service the gateway runs, built once from settings, started and stopped with the app.
+
+`build_services` is the one place that makes them (litestar-fullstack's
+shape): `create_app` hands each to the handlers by `Provide` (app.py), the
+app's state holds only this object (guards, which run before injection, read
+the authentication part of it through `auth.context`), and jobs and the CLI
+build their parts through the same per-domain providers (`*/deps.py`).
+
+The model registry comes from outside when engines run in this process (the
+embedded default loads them with torch, which the platform never imports);
+worker pools are an optional service of the same build, made here from
+settings. With neither, the app serves the control plane alone (no `/v1`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from litestar import Litestar
+from prometheus_client import CollectorRegistry
+
+from hydrant.platform.auth.brute_force import build_brute_force_guard
+from hydrant.platform.auth.context import SERVICES_STATE_KEY, AuthContext
+from hydrant.platform.auth.from_settings import build_authenticator
+from hydrant.platform.auth.service import Authenticator
+from hydrant.platform.billing.device import DevicePrice
+from hydrant.platform.billing.pricing import Price
+from hydrant.platform.db.session import Database
+from hydrant.platform.dispatch.service import PoolManager, build_pools
+from hydrant.platform.health.service import ModelRuntime
+from hydrant.platform.http.client_address import parse_trusted_proxies
+from hydrant.platform.inference.abuse import AbuseGuard
+from hydrant.platform.inference.deps import InferenceApi
+from hydrant.platform.inference.responses.seal import ResponseSealer
+from hydrant.platform.inference.responses.store import ResponseStore
+from hydrant.platform.inference.service import InferenceService
+from hydrant.platform.job_table import JOB_TABLE
+from hydrant.platform.keys.service import store_bootstrap_key
+from hydrant.platform.ledger.service import DatabaseLedger
+from hydrant.platform.ledger.spool import LedgerSpool
+from hydrant.platform.mail.mailer import Mailer, make_mailer
+from hydrant.platform.metrics import GatewayMetrics
+from hydrant.platform.metrics.metered_ledger import MeteredLedger
+from hydrant.platform.models.deployments import PriceBook, ensure_deployments
+from hydrant.platform.models.registry import ModelRegistry
+from hydrant.platform.quotas import GuardedQuotaBackend, InMemoryQuotaBackend, QuotaBackend
+from hydrant.platform.quotas.gate import QuotaGate
+from hydrant.settings import ModelSpec, Settings
+
+log = logging.getLogger(__name__)
+
+# How long a thread may keep the GIL while another waits for it (Python's default: 5 ms).
+# Why lower: with in-process engines, the engine's step thread runs Python between its
+# torch ops, and at the default the event loop waits up to 5 ms for the GIL after each
+# socket read or Redis reply it wakes for; all of that wait is gateway overhead. Measured
+# with bench/gateway.py (2 cores, interleaved runs): overhead p50 at 16 and 32 concurrent
+# requests 20-30 % lower at 0.5 ms, throughput and concurrency 1 unchanged.
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+def share_gil_with_engines() -> None:
+    """Call once at process start when engines run in this process (the embedded default)."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
+class BackgroundService(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def make_quota_backend(settings: Settings) -> QuotaBackend:
+    """Redis when configured (limits hold across gateway processes), else in this process."""
+    inner: QuotaBackend
+    if settings.redis_url:
+        from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
+
+        inner = RedisQuotaBackend.from_url(settings.redis_url, key_prefix="hydrant:quota")
+    else:
+        inner = InMemoryQuotaBackend()
+    return GuardedQuotaBackend(inner, settings.redis_failure_mode)
+
+
+@dataclass
+class InferenceServices:
+    """The request path's services: quotas, prices, the ledger with its spool, `/v1`."""
+
+    settings: Settings
+    database: Database
+    registry: ModelRegistry
+    quota_backend: QuotaBackend
+    prices: PriceBook
+    spool: LedgerSpool
+    ledger: DatabaseLedger
+    gate: QuotaGate
+    inference: InferenceService
+    abuse: AbuseGuard
+    responses: ResponseStore
+    pools: PoolManager | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def api(self) -> InferenceApi:
+        return InferenceApi(
+            registry=self.registry,
+            service=self.inference,
+            abuse=self.abuse,
+            responses=self.responses,
+            default_max_tokens=self.settings.default_max_tokens,
+        )
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        database: Database,
+        registry: ModelRegistry,
+        metrics: GatewayMetrics,
+        sealer: ResponseSealer,
+        *,
+        quota_backend: QuotaBackend | None = None,
+        pools: PoolManager | None = None,
+    ) -> InferenceServices:
+        backend = quota_backend or make_quota_backend(settings)
+        prices = PriceBook(database)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        spool = LedgerSpool(settings.data_dir / "ledger.spool", max_bytes=settings.spool_max_bytes)
+        device_price = DevicePrice(settings.device_price_per_hour)
+        ledger = DatabaseLedger(database, spool, device_price, commit=settings.ledger_commit)
+        metrics.watch_spool(spool)
+        gate = QuotaGate(
+            backend,
+            prices,
+            long_lane_slots=settings.long_lane_slots,
+            long_lane_queue=settings.long_lane_queue,
+            on_refusal=metrics.observe_quota_refusal,
+            on_lane_wait=metrics.observe_long_lane_queue,
+        )
+        metered = MeteredLedger(ledger, metrics, prices=prices, device_price=device_price)
+        return cls(
+            settings=settings,
+            database=database,
+            registry=registry,
+            quota_backend=backend,
+            prices=prices,
+            spool=spool,
+            ledger=ledger,
+            gate=gate,
+            inference=InferenceService(gate, metered, ready=ledger.ensure_recordable),
+            abuse=AbuseGuard(on_event=lambda event: metrics.abuse_events.labels(event).inc()),
+            responses=ResponseStore(database, settings.responses_store_days, sealer),
+            pools=pools,
+        )
+
+    async def start(self) -> None:
+        default = Price(
+            input_per_million=self.settings.price_input_per_mtok,
+            output_per_million=self.settings.price_output_per_mtok,
+            cached_input_per_million=self.settings.price_cached_input_per_mtok,
+        )
+        # Twice: gateways starting together race to create the same deployment row, and
+        # the loser's IntegrityError would leave its price book empty (spend budgets not
+        # enforced) until the next refresh; on the second try the row is there.
+        for attempt in range(2):
+            try:
+                await ensure_deployments(self.database, self.settings.served_models(), default)
+                await self.prices.refresh()
+                break
+            except Exception as exc:  # the database may be down at start: serve, spool, retry
+                if attempt:
+                    log.warning(
+                        "price book not loaded at start", extra={"error": type(exc).__name__}
+                    )
+        self.prices.start()
+        if self.ledger.commit == "journal":  # the journal's mover also replays what a crash left
+            self._tasks.append(asyncio.create_task(self.ledger.move_journal(), name="ledger-mover"))
+        else:
+            self._tasks.append(asyncio.create_task(self._replay_loop(), name="spool-replay"))
+        if self.pools is not None:
+            await self.pools.start()
+
+    async def _replay_loop(self, every_s: float = 5.0) -> None:
+        # `size_bytes`, not `pending()`: pending reads the whole file, on the event loop.
+        # Any error is logged and retried next tick: if this task died, spooled entries
+        # would wait for a restart.
+        while True:
+            try:
+                if self.spool.size_bytes:
+                    replayed = await self.ledger.replay_spool()
+                    if replayed:
+                        log.info("spooled ledger entries replayed", extra={"entries": replayed})
+            except Exception as exc:
+                log.warning("spool replay failed", extra={"error": type(exc).__name__})
+            await asyncio.sleep(every_s)
+
+    async def stop_pools(self) -> None:
+        if self.pools is not None:
+            await self.pools.stop()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.prices.stop()
+        if self.spool.pending():
+            with contextlib.suppress(Exception):
+                await self.ledger.replay_spool()
+        self.spool.close()
+        await self.quota_backend.aclose()
+
+
+@dataclass
+class Services:
+    """The app's one state object: everything a handler, a guard or a lifespan hook uses."""
+
+    settings: Settings
+    database: Database
+    auth: AuthContext
+    mailer: Mailer
+    metrics: GatewayMetrics
+    # `/metrics` renders every registry in this list at each scrape: engines add theirs.
+    metric_registries: list[CollectorRegistry]
+    models: tuple[ModelSpec, ...]
+    inference: InferenceServices | None = None
+    # Started after the rest, stopped before it (and before the database closes): the
+    # embedded default's job scheduler (hydrant.platform.jobs.scheduler) lives here.
+    background: list[BackgroundService] = field(default_factory=list)
+    # Called at stop, before the request path's services stop: in-process engines.
+    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def authenticator(self) -> Authenticator:
+        return self.auth.authenticator
+
+    @property
+    def runtime(self) -> ModelRuntime | None:
+        """What `/readyz` asks about each model (the registry, when this gateway serves)."""
+        return self.inference.registry if self.inference is not None else None
+
+    async def start(self) -> None:
+        log.info("gateway starting", extra={"models": [m.name for m in self.models]})
+        await self.authenticator.start()
+        if self.inference is not None:
+            await self.inference.start()
+        for service in self.background:
+            await service.start()
+
+    async def stop(self) -> None:
+        for service in reversed(self.background):
+            await service.stop()
+        if self.inference is not None:
+            await self.inference.stop_pools()
+        for hook in self.on_stop:
+            await hook()
+        if self.inference is not None:
+            await self.inference.stop()
+        await self.authenticator.stop()
+        if self.auth.brute_force is not None:
+            await self.auth.brute_force.aclose()
+        await self.database.dispose()
+        log.info("gateway stopped")
+
+
+def build_services(
+    settings: Settings,
+    *,
+    database: Database | None = None,
+    registry: ModelRegistry | None = None,
+    models: Sequence[ModelSpec] | None = None,
+    quota_backend: QuotaBackend | None = None,
+    metric_registries: Sequence[CollectorRegistry] = (),
+    run_jobs: bool = False,
+) -> Services:
+    """Build every service of a gateway from settings.
+
+    `registry`: in-process engines' models (the embedded default); without one,
+    worker pools are built when `HYDRANT_WORKER_POOLS` names some, and with
+    neither the app serves no `/v1`. `run_jobs`: on the embedded default (no
+    Redis), run the periodic jobs on the gateway's loop (`hydrant serve` does;
+    tests that build an app for its routes do not).
+    """
+    db = database or Database(settings.effective_database_url)
+    authenticator = build_authenticator(settings, db, store_bootstrap_key)
+    metrics = GatewayMetrics()
+    inference: InferenceServices | None = None
+    pools: PoolManager | None = None
+    if registry is None and settings.worker_pools:
+        registry, pools = build_pools(settings)  # a ConfigurationError: a usage error (cli)
+    if registry is not None:
+        # The authenticator's secret (resolved on first use): one read, one warning if unset.
+        sealer = ResponseSealer(lambda: authenticator.server_secret)
+        inference = InferenceServices.build(
+            settings, db, registry, metrics, sealer, quota_backend=quota_backend, pools=pools
+        )
+    # Failed key attempts per source, on the gateway's quota store (Redis: shared by all).
+    brute_force = build_brute_force_guard(
+        settings, inference.quota_backend if inference is not None else None
+    )
+    registries = [metrics.registry, brute_force.metrics.registry, *metric_registries]
+    if pools is not None:
+        registries.append(pools.metrics.registry)
+    services = Services(
+        settings=settings,
+        database=db,
+        auth=AuthContext(
+            authenticator, brute_force, parse_trusted_proxies(settings.trusted_proxies)
+        ),
+        mailer=make_mailer(settings),
+        metrics=metrics,
+        metric_registries=registries,
+        models=tuple(models if models is not None else settings.served_models()),
+        inference=inference,
+    )
+    if run_jobs and settings.redis_url is None and settings.embedded_jobs:
+        from hydrant.platform.jobs.scheduler import EmbeddedScheduler
+
+        services.background.append(EmbeddedScheduler(settings, db, JOB_TABLE))  # no Celery here
+    return services
+
+
+def services_of(app: Litestar) -> Services:
+    """The services an app was built with (for tests and tools that hold only the app)."""
+    services: Services = getattr(app.state, SERVICES_STATE_KEY)
+    return services
