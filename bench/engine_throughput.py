@@ -116,7 +116,7 @@ def run_hydrant(
         show_progress=False,
     )
     engine = LLMEngine.from_pretrained(model_dir, config)
-    bm = engine.block_manager
+    bm = engine.scheduler.block_manager
     live = allocated = 0
     peak_seqs = 0
     start = time.perf_counter()

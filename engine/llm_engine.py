@@ -19,7 +19,6 @@ from typing import Protocol
 
 import torch
 
-from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.errors import EngineError, InvalidRequestError
@@ -80,17 +79,14 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.metrics = metrics
         eos = tokenizer.eos_token_ids if tokenizer is not None else model_config.eos_token_ids
-        self.block_manager = BlockManager(
-            runner.num_blocks, config.block_size, config.enable_prefix_caching
-        )
         self.scheduler = Scheduler(
-            config, self.block_manager, pool_every_token=model_config.pooling != "last"
+            config, runner.num_blocks, pool_every_token=model_config.pooling != "last"
         )
         self.sampler = Sampler(eos)
         self.processor = OutputProcessor(tokenizer, eos, max_model_len)
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []  # aborted requests' last outputs
-        self._observer = StepObserver(metrics, self.scheduler, self.block_manager)
+        self._observer = StepObserver(metrics, self.scheduler)
         self.total_device_seconds = 0.0  # sum of measured step durations
         self._guides: GuideFactory | None = None  # built on the first structured request
         self.load_report: LoadReport | None = None  # set by from_pretrained
@@ -218,8 +214,7 @@ class LLMEngine:
         return outputs
 
     def _finish_request(self, request: Request, reason: FinishReason) -> RequestOutput:
-        for seq in request.seqs:
-            self.scheduler.finish_seq(seq, reason)
+        self.scheduler.finish_request(request, reason)
         request.times.finish_time = time.time()
         output = self.processor.request_output(request)
         self.processor.drop(request)
@@ -259,7 +254,7 @@ class LLMEngine:
         result = self.sampler(logits, rows)
         duration = time.perf_counter() - started
         self.total_device_seconds += duration
-        self._charge_device_time(sched, duration)
+        sched.charge_device_time(duration)
         now = time.time()
         touched: dict[str, Request] = {}
         for seq, vector in model_out.embeddings:  # an embedding ends with its prompt
@@ -320,22 +315,15 @@ class LLMEngine:
                     index,
                     make_generator(None if seed is None else seed + index, self.runner.device),
                 )
-                self.block_manager.fork(seq, child)
                 children.append(child)
             request.seqs.extend(children)
-            self.scheduler.add_forked(children)
+            self.scheduler.add_forked(seq, children)
             seqs.extend(children)
             rows.extend([i] * len(children))
         logits = model_out.logits
         if len(rows) != logits.shape[0]:
             logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
         return seqs, logits
-
-    def _charge_device_time(self, sched: SchedulerOutput, duration: float) -> None:
-        """Split the step's duration over its sequences by the tokens each computed."""
-        total = sched.num_batched_tokens
-        for item in sched.scheduled:
-            item.seq.request.times.device_seconds += duration * item.num_new_tokens / total
 
     # ---- sleep mode -----------------------------------------------------------------------
 
@@ -364,7 +352,7 @@ class LLMEngine:
         runner = self._sleepable()
         if runner.sleeping:
             return
-        self.block_manager.reset_prefix_cache()
+        self.scheduler.reset_prefix_cache()
         started = time.perf_counter()
         runner.sleep()
         logger.info(
@@ -383,7 +371,7 @@ class LLMEngine:
         with report.active():
             runner.wake()
             with timed_phase("prefix_reset"):
-                self.block_manager.reset_prefix_cache()
+                self.scheduler.reset_prefix_cache()
         report.wall_seconds = time.perf_counter() - started
         self.wake_report = report
         report.log(logger, "engine")
@@ -396,7 +384,6 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         """While asleep the KV cache holds no block: total and free report 0."""
-        bm = self.block_manager
         if self.is_sleeping:
             return EngineStats(
                 num_running=0,
@@ -406,11 +393,4 @@ class LLMEngine:
                 num_total_blocks=0,
                 prefix_cache_hit_rate=0.0,
             )
-        return EngineStats(
-            num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting),
-            kv_usage=bm.usage,
-            num_free_blocks=bm.num_free_blocks,
-            num_total_blocks=bm.num_blocks,
-            prefix_cache_hit_rate=bm.prefix_hits / bm.prefix_queries if bm.prefix_queries else 0.0,
-        )
+        return self.scheduler.stats()

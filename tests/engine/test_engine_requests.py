@@ -102,7 +102,7 @@ def test_abort_mid_generation_frees_blocks_at_once(model_dir: Path, engines: Eng
     engine.abort("long")
     engine.abort("queued")
     engine.abort("unknown")  # a no-op, not an error
-    bm = engine.block_manager
+    bm = engine.scheduler.block_manager
     assert bm.num_free_blocks == bm.num_blocks  # freed by abort(), before any further step
     outputs = {o.request_id: o for o in engine.step()}
     assert outputs["long"].finished and outputs["long"].outputs[0].finish_reason == "abort"

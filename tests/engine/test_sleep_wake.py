@@ -58,7 +58,7 @@ def test_sleep_frees_kv_refuses_work_and_wake_restores_the_same_pool(
     runner = _runner(engine)
     prompts = random_prompts(3, 5, 40, seed=3)
     before = _greedy(engine, prompts, "a")
-    blocks, kv_bytes = engine.block_manager.num_blocks, runner.kv_cache_bytes
+    blocks, kv_bytes = engine.scheduler.block_manager.num_blocks, runner.kv_cache_bytes
     assert kv_bytes > 0
 
     engine.sleep()
@@ -74,7 +74,7 @@ def test_sleep_frees_kv_refuses_work_and_wake_restores_the_same_pool(
 
     engine.wake()
     assert not engine.is_sleeping
-    assert engine.block_manager.num_blocks == blocks
+    assert engine.scheduler.block_manager.num_blocks == blocks
     assert runner.kv_cache_bytes == kv_bytes
     assert all(not k.any() and not v.any() for k, v in runner.kv_caches)  # a clean cache
     assert engine.stats().num_total_blocks == blocks

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.demo_model import write_demo_tokenizer
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.llm_engine import LLMEngine
@@ -152,7 +151,7 @@ def hf_greedy(model: PreTrainedModel, prompt: list[int], max_new_tokens: int) ->
 
 def assert_no_kv_leak(engine: LLMEngine) -> None:
     """Every block back in the pool and no reference left: nothing leaked."""
-    bm = engine.block_manager
+    bm = engine.scheduler.block_manager
     assert not engine.has_unfinished(), "engine still has requests"
     assert bm.num_free_blocks == bm.num_blocks, (
         f"{bm.num_blocks - bm.num_free_blocks} KV blocks leaked"
@@ -243,8 +242,8 @@ class SchedulerSim:
     def __init__(self, num_blocks: int = 400, **config: int) -> None:
         settings = {"max_num_seqs": 8, "max_num_batched_tokens": 64, "short_lane_tokens": 64}
         self.config = EngineConfig(**{**settings, **config})
-        self.bm = BlockManager(num_blocks, self.config.block_size, enable_prefix_caching=True)
-        self.scheduler = Scheduler(self.config, self.bm)
+        self.scheduler = Scheduler(self.config, num_blocks)
+        self.bm = self.scheduler.block_manager
         self.clock = 0.0
 
     def submit(
