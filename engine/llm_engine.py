@@ -26,17 +26,16 @@ from hydrant.engine.load_report import LoadReport, timed_phase
 from hydrant.engine.loader import read_model_config
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.model_runner import ModelOutput, ModelRunner
-from hydrant.engine.output_processor import OutputProcessor
+from hydrant.engine.output_processor import OutputProcessor, StepSample
 from hydrant.engine.outputs import FinishReason, RequestOutput
 from hydrant.engine.protocol import EngineStats
-from hydrant.engine.sampler import Sampler, SamplingRow, make_generator
+from hydrant.engine.sampler import Sampler, make_generator
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import Scheduler, SchedulerOutput
 from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes
 from hydrant.engine.sequence import Sequence as Seq
 from hydrant.engine.sleep_mode import EngineBusyError, EngineSleepingError
 from hydrant.engine.step_observer import StepObserver
-from hydrant.engine.structured_output import GuideFactory
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.engine.validation import EmbeddingSizes, validate_request
 
@@ -83,12 +82,11 @@ class LLMEngine:
             config, runner.num_blocks, pool_every_token=model_config.pooling != "last"
         )
         self.sampler = Sampler(eos)
-        self.processor = OutputProcessor(tokenizer, eos, max_model_len)
+        self.processor = OutputProcessor(tokenizer, eos, max_model_len, model_config.vocab_size)
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []  # aborted requests' last outputs
         self._observer = StepObserver(metrics, self.scheduler)
         self.total_device_seconds = 0.0  # sum of measured step durations
-        self._guides: GuideFactory | None = None  # built on the first structured request
         self.load_report: LoadReport | None = None  # set by from_pretrained
         self.wake_report: LoadReport | None = None  # the last wake's phases
 
@@ -179,48 +177,25 @@ class LLMEngine:
             cache_salt=b"hydrant-prefix:" + salt,
         )
         seq = Seq(request, 0, make_generator(params.seed, self.runner.device))
-        if params.structured_output is not None:
-            seq.guide = self._guide_factory().guide(*params.structured_output)
-            seq.guide_waits_for = params.structured_output_after
+        self.processor.attach_guide(seq)
         request.seqs.append(seq)
         self._requests[request_id] = request
         self.scheduler.add_request(request)
 
-    def _guide_factory(self) -> GuideFactory:
-        if self._guides is None:
-            assert self.tokenizer is not None  # validate_request refuses a schema without one
-            started = time.perf_counter()
-            self._guides = GuideFactory(
-                self.tokenizer, self.model_config.vocab_size, self.sampler.eos_token_ids
-            )
-            logger.info(
-                "structured output ready in %.3fs",
-                time.perf_counter() - started,
-                extra={"event": "guides_ready"},
-            )
-        return self._guides
-
     def abort(self, request_id: str) -> None:
         """Stop a request now and free its blocks; its last output comes with the next step."""
-        request = self._requests.pop(request_id, None)
+        request = self._requests.get(request_id)
         if request is not None:
-            self._pending.append(self._finish_request(request, "abort"))
+            self.scheduler.finish_request(request, "abort")
+            self._pending.append(self._output(request, time.time()))
 
     def abort_all(self, reason: FinishReason = "error") -> list[RequestOutput]:
         """End every request (after a failed step); returns their final outputs."""
         outputs, self._pending = self._pending, []
-        for request_id in list(self._requests):
-            outputs.append(self._finish_request(self._requests.pop(request_id), reason))
+        for request in list(self._requests.values()):
+            self.scheduler.finish_request(request, reason)
+            outputs.append(self._output(request, time.time()))
         return outputs
-
-    def _finish_request(self, request: Request, reason: FinishReason) -> RequestOutput:
-        self.scheduler.finish_request(request, reason)
-        request.times.finish_time = time.time()
-        output = self.processor.request_output(request)
-        self.processor.drop(request)
-        if self.metrics is not None:
-            self.metrics.observe_finished(output.metrics)
-        return output
 
     def has_unfinished(self) -> bool:
         return bool(self._requests or self._pending)
@@ -228,102 +203,56 @@ class LLMEngine:
     # ---- the step -----------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        """Schedule -> run -> postprocess; aborted requests' last outputs come first."""
         outputs, self._pending = self._pending, []
         if self.is_sleeping:
             return outputs
         sched = self.scheduler.schedule()
+        sample = self._run(sched)
+        outputs += self._postprocess(sample)
+        self._observer.observe(sched, num_generated=len(sample.seqs))
+        return outputs
+
+    def _run(self, sched: SchedulerOutput) -> StepSample:
+        """One forward over the scheduled chunks, then a token for every sequence that
+        reached its end (a just-prefilled `n > 1` request forks first)."""
         if sched.is_empty:
-            self._observer.observe(sched)
-            return outputs
+            return StepSample()
         started = time.perf_counter()
         model_out = self.runner.execute(sched)
         self.scheduler.on_step_done(sched)
-        for seq, first, entries in model_out.prompt_logprobs:
-            seq.request.record_prompt_logprobs(first, entries)
-        seqs, logits = self._fork_new_choices(model_out)
-        rows = [
-            SamplingRow(
-                s.request.params,
-                s.prompt_token_ids,
-                s.output_token_ids,
-                s.generator,
-                s.active_guide,
-            )
-            for s in seqs
-        ]
-        result = self.sampler(logits, rows)
-        duration = time.perf_counter() - started
-        self.total_device_seconds += duration
-        sched.charge_device_time(duration)
-        now = time.time()
-        touched: dict[str, Request] = {}
-        for seq, vector in model_out.embeddings:  # an embedding ends with its prompt
-            request = seq.request
-            request.embedding = vector
-            request.times.first_token_time = now
-            self.scheduler.finish_seq(seq, "stop")
-            touched[request.request_id] = request
-        for seq, token, logprob in zip(seqs, result.token_ids, result.logprobs, strict=True):
-            request = seq.request
-            if request.times.first_token_time is None:
-                request.times.first_token_time = now
-            if request.params.max_tokens == 0:  # scoring only: the prompt's logprobs were it
-                reason: FinishReason | None = "length"
-            elif seq.active_guide is not None and not seq.active_guide.accept(token):
-                # The mask allowed it, so the parser must take it: a bug, not the client's.
-                # (The parser's message would quote the output: not logged.)
-                logger.error(
-                    "a structured-output parser refused a token its own mask allowed",
-                    extra={"event": "guide_error", "request_id": request.request_id},
-                )
-                reason = "error"
-            else:
-                if token == seq.guide_waits_for:  # thinking ended: the form holds from here
-                    seq.guide_waits_for = None
-                reason = self.processor.append_token(seq, token, logprob)
-            if reason is not None:
-                self.scheduler.finish_seq(seq, reason)
-            touched[request.request_id] = request
-        for request in touched.values():
-            if request.finished:
-                request.times.finish_time = now
-            output = self.processor.request_output(request)
-            outputs.append(output)
-            if request.finished:
-                del self._requests[request.request_id]
-                self.processor.drop(request)
-                if self.metrics is not None:
-                    self.metrics.observe_finished(output.metrics)
-        self._observer.observe(sched, num_generated=len(seqs))
-        return outputs
-
-    def _fork_new_choices(self, model_out: ModelOutput) -> tuple[list[Seq], torch.Tensor]:
-        """Split a just-prefilled `n > 1` request into n sequences sharing its blocks."""
-        seqs: list[Seq] = []
-        rows: list[int] = []
-        for i, seq in enumerate(model_out.sample_seqs):
-            seqs.append(seq)
-            rows.append(i)
-            request = seq.request
-            if request.params.n == 1 or request.forked:
-                continue
-            request.forked = True
-            children = []
-            for index in range(1, request.params.n):
-                seed = request.params.seed
-                child = seq.fork(
-                    index,
-                    make_generator(None if seed is None else seed + index, self.runner.device),
-                )
-                children.append(child)
-            request.seqs.extend(children)
-            self.scheduler.add_forked(seq, children)
-            seqs.extend(children)
-            rows.extend([i] * len(children))
+        seqs, rows = self.scheduler.fork_new_choices(model_out.sample_seqs, self.runner.device)
         logits = model_out.logits
         if len(rows) != logits.shape[0]:
             logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
-        return seqs, logits
+        result = self.sampler(logits, [seq.sampling_row() for seq in seqs])
+        duration = time.perf_counter() - started
+        self.total_device_seconds += duration
+        sched.charge_device_time(duration)
+        return StepSample(
+            seqs, result.token_ids, result.logprobs, model_out.embeddings, model_out.prompt_logprobs
+        )
+
+    def _postprocess(self, sample: StepSample) -> list[RequestOutput]:
+        """The output processor decides who finished; the scheduler frees those."""
+        now = time.time()
+        decisions = self.processor.process(sample, now)
+        for seq, reason in decisions.finished:
+            self.scheduler.finish_seq(seq, reason)
+        return [self._output(request, now) for request in decisions.requests]
+
+    def _output(self, request: Request, now: float) -> RequestOutput:
+        """The request's output as of `now`; a finished request leaves the engine with it."""
+        finished = request.finished
+        if finished:
+            request.times.finish_time = now
+        output = self.processor.request_output(request)
+        if finished:
+            del self._requests[request.request_id]
+            self.processor.drop(request)
+            if self.metrics is not None:
+                self.metrics.observe_finished(output.metrics)
+        return output
 
     # ---- sleep mode -----------------------------------------------------------------------
 

@@ -17,8 +17,9 @@ prefix-cache reset goes through it, so the engine never touches blocks.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import torch
 
 from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.engine_config import EngineConfig
@@ -87,11 +88,25 @@ class Scheduler:
         self.fairness.arrive(request.tenant_id)
         self.waiting.extend(request.seqs)
 
-    def add_forked(self, parent: Sequence, children: Iterable[Sequence]) -> None:
-        """Run `parent`'s sibling choices from now on, sharing every block it holds."""
-        for child in children:
-            self.block_manager.fork(parent, child)
-            self.running.append(child)
+    def fork_new_choices(
+        self, sampled: list[Sequence], device: torch.device
+    ) -> tuple[list[Sequence], list[int]]:
+        """Fork every `n > 1` request whose prompt was just computed; returns each
+        sequence to sample (new choices after their first) and the index in `sampled`
+        of the logits row it draws from. New choices run from now on and share every
+        block of their first."""
+        seqs: list[Sequence] = []
+        rows: list[int] = []
+        for row, seq in enumerate(sampled):
+            seqs.append(seq)
+            rows.append(row)
+            children = seq.request.fork_choices(seq, device)
+            for child in children:
+                self.block_manager.fork(seq, child)
+                self.running.append(child)
+                seqs.append(child)
+                rows.append(row)
+        return seqs, rows
 
     def finish_seq(self, seq: Sequence, reason: FinishReason) -> None:
         """Mark finished and free its blocks at once; departs the tenant with the request."""

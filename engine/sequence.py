@@ -20,16 +20,13 @@ import hashlib
 import itertools
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from hydrant.engine.outputs import FinishReason
+from hydrant.engine.sampler import SamplingRow, TokenLogprob, make_generator
 from hydrant.engine.sampling_params import SamplingParams
-
-if TYPE_CHECKING:
-    from hydrant.engine.sampler import TokenLogprob
-    from hydrant.engine.structured_output import Guide
+from hydrant.engine.structured_output import Guide
 
 Lane = str  # "short" or "long"
 SHORT_LANE: Lane = "short"
@@ -98,6 +95,23 @@ class Request:
     def completion_tokens(self) -> int:
         return sum(len(seq.output_token_ids) for seq in self.seqs)
 
+    def fork_choices(self, first: Sequence, device: torch.device) -> list[Sequence]:
+        """The other `n - 1` choices, once `first` has computed the prompt (once a request).
+
+        Choice `i` of a seeded request draws with `seed + i`, so the choices differ
+        and stay reproducible. The scheduler shares the blocks (`Scheduler.add_forked`).
+        """
+        if self.params.n == 1 or self.forked:
+            return []
+        self.forked = True
+        seed = self.params.seed
+        children = [
+            first.fork(index, make_generator(None if seed is None else seed + index, device))
+            for index in range(1, self.params.n)
+        ]
+        self.seqs.extend(children)
+        return children
+
 
 class Sequence:
     """One choice of a request: its tokens, its KV blocks and where computing stands."""
@@ -120,6 +134,16 @@ class Sequence:
         self.guide_waits_for: int | None = None
         # Mean / CLS pooling: the prompt's pooled hidden states so far (its chunks add up).
         self.pool_sum: torch.Tensor | None = None
+
+    def sampling_row(self) -> SamplingRow:
+        """What the sampler needs of this sequence for its next token."""
+        return SamplingRow(
+            self.request.params,
+            self.prompt_token_ids,
+            self.output_token_ids,
+            self.generator,
+            self.active_guide,
+        )
 
     @property
     def active_guide(self) -> Guide | None:
