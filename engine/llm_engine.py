@@ -1,9 +1,12 @@
 """The synchronous engine: add requests, call `step()`, read typed outputs.
 
-A step reads as schedule -> run -> postprocess: the scheduler picks the
-chunks, the model runner computes them in one forward, the sampler picks one
-token for every sequence that reached its end, and the output processor
-applies stop rules. Finished sequences free their blocks in the same step.
+A request is one `Request` object from the caller (the async front, a test)
+to the scheduler, checked once by the `RequestValidator`. A step reads as
+schedule -> run -> postprocess: the scheduler picks the chunks (it owns the
+KV blocks), the model runner computes them in one forward, the sampler picks
+one token for every sequence that reached its end (a just-prefilled `n > 1`
+request forks first), and the output processor applies structured-output
+guides and stop rules. Finished sequences free their blocks in the same step.
 
 Not thread-safe: one thread drives it. The async front (async_engine.py)
 funnels every call onto that thread.
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -30,14 +32,12 @@ from hydrant.engine.output_processor import OutputProcessor, StepSample
 from hydrant.engine.outputs import FinishReason, RequestOutput
 from hydrant.engine.protocol import EngineStats
 from hydrant.engine.sampler import Sampler, make_generator
-from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import Scheduler, SchedulerOutput
-from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes
-from hydrant.engine.sequence import Sequence as Seq
+from hydrant.engine.sequence import Request, Sequence
 from hydrant.engine.sleep_mode import EngineBusyError, EngineSleepingError
 from hydrant.engine.step_observer import StepObserver
 from hydrant.engine.tokenizer import Tokenizer
-from hydrant.engine.validation import EmbeddingSizes, validate_request
+from hydrant.engine.validation import RequestValidator
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ class LLMEngine:
             config, runner.num_blocks, pool_every_token=model_config.pooling != "last"
         )
         self.sampler = Sampler(eos)
+        self.validator = RequestValidator.for_model(
+            model_config, max_model_len, tokenizer is not None
+        )
         self.processor = OutputProcessor(tokenizer, eos, max_model_len, model_config.vocab_size)
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []  # aborted requests' last outputs
@@ -131,55 +134,19 @@ class LLMEngine:
 
     # ---- requests -----------------------------------------------------------------------
 
-    def validate(
-        self, prompt_token_ids: Sequence[int], params: SamplingParams, tenant_weight: float = 1.0
-    ) -> None:
-        """Read-only checks of add_request; safe to call from another thread."""
-        validate_request(
-            prompt_token_ids,
-            params,
-            vocab_size=self.model_config.vocab_size,
-            max_model_len=self.max_model_len,
-            has_tokenizer=self.tokenizer is not None,
-            tenant_weight=tenant_weight,
-            embedding_sizes=EmbeddingSizes(
-                self.model_config.hidden_size, self.model_config.matryoshka_dimensions
-            ),
-            embedding_only=self.model_config.embedding_only,
-        )
-
-    def add_request(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        tenant_id: str = "default",
-        tenant_weight: float = 1.0,
-        priority: int = 0,
-        arrival_time: float | None = None,
-    ) -> None:
+    def add_request(self, request: Request, *, checked: bool = False) -> None:
+        """Queue `request`, the same object from here to the scheduler; its outputs come
+        from `step()`. It is checked by `validator` first unless `checked` says that was
+        done already (the async front checks on its event loop, before queueing it)."""
         self._check_awake()
-        if request_id in self._requests:
-            raise InvalidRequestError(f"request id {request_id!r} is already running", None)
-        self.validate(prompt_token_ids, params, tenant_weight)
-        prompt = list(prompt_token_ids)
-        lane = LONG_LANE if len(prompt) >= self.config.long_prompt_threshold else SHORT_LANE
-        salt = tenant_id.encode() if self.config.prefix_cache_per_tenant else b""
-        request = Request(
-            request_id=request_id,
-            prompt_token_ids=prompt,
-            params=params,
-            tenant_id=tenant_id,
-            tenant_weight=float(tenant_weight),
-            priority=int(priority),
-            lane=lane,
-            times=RequestTimes(arrival_time if arrival_time is not None else time.time()),
-            cache_salt=b"hydrant-prefix:" + salt,
-        )
-        seq = Seq(request, 0, make_generator(params.seed, self.runner.device))
+        if request.request_id in self._requests:
+            raise InvalidRequestError(f"request id {request.request_id!r} is already running", None)
+        if not checked:
+            self.validator.check(request)
+        seq = Sequence(request, 0, make_generator(request.params.seed, self.runner.device))
         self.processor.attach_guide(seq)
         request.seqs.append(seq)
-        self._requests[request_id] = request
+        self._requests[request.request_id] = request
         self.scheduler.add_request(request)
 
     def abort(self, request_id: str) -> None:

@@ -26,7 +26,7 @@ from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.fairness import VirtualTokenCounter
 from hydrant.engine.outputs import FinishReason
 from hydrant.engine.protocol import EngineStats
-from hydrant.engine.sequence import LONG_LANE, Request, Sequence, SequenceStatus
+from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, Sequence, SequenceStatus
 from hydrant.engine.token_budget import TokenBudget
 
 
@@ -85,6 +85,12 @@ class Scheduler:
     # ---- bookkeeping --------------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:
+        """Queue a checked request's sequences, in the lane and prefix-cache scope its
+        prompt and tenant give it."""
+        long = len(request.prompt_token_ids) >= self.config.long_prompt_threshold
+        request.lane = LONG_LANE if long else SHORT_LANE
+        salt = request.tenant_id.encode() if self.config.prefix_cache_per_tenant else b""
+        request.cache_salt = b"hydrant-prefix:" + salt
         self.fairness.arrive(request.tenant_id)
         self.waiting.extend(request.seqs)
 

@@ -29,7 +29,7 @@ from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import Scheduler, SchedulerOutput
-from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes, Sequence
+from hydrant.engine.sequence import Request, RequestTimes, Sequence
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -183,7 +183,7 @@ def run_batch(
     request, by i (request ids are fresh on every call, so one engine serves many)."""
     tag = f"b{next(_batch_ids)}-"
     for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
-        engine.add_request(f"{tag}{i}", prompt, p)
+        engine.add_request(Request(f"{tag}{i}", prompt, p))
     seen: dict[str, list[RequestOutput]] = {}
     while engine.has_unfinished():
         for output in engine.step():
@@ -259,9 +259,7 @@ class SchedulerSim:
             tenant_id=tenant,
             tenant_weight=weight,
             priority=priority,
-            lane=LONG_LANE if prompt >= self.config.long_prompt_threshold else SHORT_LANE,
             times=RequestTimes(self.clock),
-            cache_salt=tenant.encode(),
         )
         request.seqs.append(Sequence(request, 0, None))
         self.scheduler.add_request(request)
