@@ -46,6 +46,7 @@ from hydrant.engine.load_report import LoadReport
 from hydrant.engine.loader import checkpoint_files
 from hydrant.engine.page_cache import evict_page_cache, prime_page_cache, resident_fraction
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 
 SHAPES: dict[str, dict[str, int]] = {
     # ~254M parameters, ~1.02 GB in float32
@@ -156,7 +157,9 @@ def engine_config(device: str) -> EngineConfig:
 
 def smoke(engine: LLMEngine) -> list[int]:
     """A short greedy generation: the loaded (or woken) engine really serves."""
-    engine.add_request("probe", [1, 2, 3, 4, 5], SamplingParams(max_tokens=4, temperature=0.0))
+    engine.add_request(
+        Request("probe", [1, 2, 3, 4, 5], SamplingParams(max_tokens=4, temperature=0.0))
+    )
     out: list[int] = []
     while engine.has_unfinished():
         for output in engine.step():

@@ -37,6 +37,7 @@ from hydrant.engine.demo_model import DEMO_VOCAB_SIZE, write_demo_model
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 
 SEED = 20261204
 EMBED = SamplingParams(max_tokens=0, embed=True)
@@ -69,13 +70,13 @@ def run_hydrant(model_dir: Path, prompts: list[list[int]]) -> Result:
     config = EngineConfig(kv_cache_bytes=512 << 20, show_progress=False, max_num_seqs=256)
     engine = LLMEngine.from_pretrained(model_dir, config)
     for i, prompt in enumerate(prompts[:8]):  # warm up
-        engine.add_request(f"warm-{i}", prompt, EMBED)
+        engine.add_request(Request(f"warm-{i}", prompt, EMBED))
     while engine.has_unfinished():
         engine.step()
     vectors: dict[int, torch.Tensor] = {}
     started = time.perf_counter()
     for i, prompt in enumerate(prompts):
-        engine.add_request(str(i), prompt, EMBED)
+        engine.add_request(Request(str(i), prompt, EMBED))
     while engine.has_unfinished():
         for output in engine.step():
             if output.finished and output.embedding is not None:

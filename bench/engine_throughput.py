@@ -39,6 +39,7 @@ from hydrant.engine.demo_model import write_demo_model
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request as EngineRequest
 
 SEED = 20240601
 SHAPE_100M: dict[str, Any] = {
@@ -116,13 +117,13 @@ def run_hydrant(
         show_progress=False,
     )
     engine = LLMEngine.from_pretrained(model_dir, config)
-    bm = engine.block_manager
+    bm = engine.scheduler.block_manager
     live = allocated = 0
     peak_seqs = 0
     start = time.perf_counter()
     for i, req in enumerate(requests):
         params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, ignore_eos=True)
-        engine.add_request(str(i), req.prompt, params, arrival_time=time.time())
+        engine.add_request(EngineRequest(str(i), req.prompt, params))
     latencies: dict[str, float] = {}
     tokens = 0
     while engine.has_unfinished():

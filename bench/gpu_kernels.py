@@ -394,11 +394,13 @@ def _engine_decode(
     batches: tuple[int, ...],
 ) -> list[dict[str, Any]]:
     """Tokens/s of one engine at each batch size; a first batch-1 pass warms it up."""
+    from hydrant.engine.sequence import Request
+
     device = engine.runner.device
     rows = []
     for n, b in enumerate((1, *batches)):
         for i in range(b):
-            engine.add_request(f"{system}-{n}-{i}", prompts[b][i].tolist(), params)
+            engine.add_request(Request(f"{system}-{n}-{i}", prompts[b][i].tolist(), params))
         _sync(device)
         started = time.perf_counter()
         while engine.has_unfinished():

@@ -27,6 +27,7 @@ from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.output_constraints import JSON_OBJECT_SCHEMA
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 
 NEW_TOKENS = 64
 
@@ -43,7 +44,9 @@ def step_seconds(engine: LLMEngine, batch: int, schema: str | None) -> float:
         params = SamplingParams(
             max_tokens=NEW_TOKENS, temperature=1.0, seed=i, structured_output=constraint
         )
-        engine.add_request(f"{time.time_ns()}-{i}", engine.tokenizer.encode(f"item {i}"), params)
+        engine.add_request(
+            Request(f"{time.time_ns()}-{i}", engine.tokenizer.encode(f"item {i}"), params)
+        )
     engine.step()
     started, steps = time.perf_counter(), 0
     while engine.has_unfinished():

@@ -6,7 +6,8 @@ single-threaded) while the event loop keeps serving HTTP. New requests and
 aborts are queued by the loop and applied between steps, on the loop thread,
 while no step runs; so the engine is never touched by two threads at once,
 and `generate()` still raises a bad request's error at once, because the
-validation it runs is read-only.
+validation it runs is read-only. The `Request` it is given is the one the
+engine queues: checked here once, then added as it is.
 
 A consumer that stops iterating (a client that disconnected) aborts its
 request, so its blocks are freed at the next step boundary.
@@ -22,10 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TypeAlias
 
 from hydrant.engine.errors import EngineError, InvalidRequestError
@@ -33,7 +32,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.output_constraints import raise_if_invalid
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.protocol import EngineStats
-from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 from hydrant.engine.sleep_mode import EngineSleepingError
 
 logger = logging.getLogger(__name__)
@@ -43,17 +42,6 @@ class EngineShutdownError(EngineError):
     """The engine was shut down while (or before) the request ran."""
 
 
-@dataclass(frozen=True)
-class _NewRequest:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    tenant_id: str
-    tenant_weight: float
-    priority: int
-    arrival_time: float
-
-
 _Item: TypeAlias = RequestOutput | BaseException
 
 
@@ -61,7 +49,7 @@ class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self._queues: dict[str, asyncio.Queue[_Item]] = {}
-        self._new: list[_NewRequest] = []
+        self._new: list[Request] = []  # checked, to be added between steps
         self._aborts: list[str] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -145,38 +133,22 @@ class AsyncLLMEngine:
             self._wakeup.set()
             await self._progress.wait()
 
-    async def generate(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        tenant_id: str = "default",
-        tenant_weight: float = 1.0,
-        priority: int = 0,
-    ) -> AsyncIterator[RequestOutput]:
+    async def generate(self, request: Request) -> AsyncIterator[RequestOutput]:
         """Yield the request's outputs step by step; the last one has `finished` set."""
         if self._closed:
             raise EngineShutdownError("the engine has been shut down")
         if self._refusing:
             raise EngineSleepingError("the engine is asleep; it takes no request until woken")
-        self.engine.validate(prompt_token_ids, params, tenant_weight)
-        if params.structured_output is not None:  # off the loop; the step thread's is cached
-            await asyncio.to_thread(raise_if_invalid, *params.structured_output)
+        self.engine.validator.check(request)
+        constraint = request.params.structured_output
+        if constraint is not None:  # off the loop; the step thread's guide reuses it (cached)
+            await asyncio.to_thread(raise_if_invalid, *constraint)
+        request_id = request.request_id
         if request_id in self._queues:
             raise InvalidRequestError(f"request id {request_id!r} is already running", None)
         queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._queues[request_id] = queue
-        self._new.append(
-            _NewRequest(
-                request_id,
-                list(prompt_token_ids),
-                params,
-                tenant_id,
-                tenant_weight,
-                priority,
-                time.time(),
-            )
-        )
+        self._new.append(request)
         self.start()
         self._wakeup.set()
         finished = False
@@ -204,22 +176,14 @@ class AsyncLLMEngine:
     def _apply_pending(self) -> None:
         aborts, self._aborts = set(self._aborts), []
         new, self._new = self._new, []
-        for req in new:
-            if req.request_id in aborts:
-                aborts.discard(req.request_id)
+        for request in new:
+            if request.request_id in aborts:
+                aborts.discard(request.request_id)
                 continue
             try:
-                self.engine.add_request(
-                    req.request_id,
-                    req.prompt_token_ids,
-                    req.params,
-                    tenant_id=req.tenant_id,
-                    tenant_weight=req.tenant_weight,
-                    priority=req.priority,
-                    arrival_time=req.arrival_time,
-                )
+                self.engine.add_request(request, checked=True)
             except EngineError as exc:
-                self._put(req.request_id, exc)
+                self._put(request.request_id, exc)
         for request_id in aborts:
             self.engine.abort(request_id)
 

@@ -1,8 +1,10 @@
 """The in-process `EngineClient`: the embedded default's engine, behind the gateway's interface.
 
 It converts between the wire structs of `hydrant.engine.protocol` and the
-engine's own objects, the same conversion a worker's HTTP API does, so the
-gateway cannot tell an in-process engine from a remote one.
+engine's own objects, the same conversion a worker's HTTP API does (a worker
+serves through this client), so the gateway cannot tell an in-process engine
+from a remote one. A `GenerateRequest` becomes one engine `Request` here
+(`to_request`), which then travels unchanged to the scheduler.
 """
 
 from __future__ import annotations
@@ -19,8 +21,21 @@ from hydrant.engine.protocol import (
     RequestUsage,
     TokenLogprob,
 )
+from hydrant.engine.sequence import Request
 
 NANOS = 1_000_000_000
+
+
+def to_request(request: GenerateRequest) -> Request:
+    """The wire request → the engine's one request object (arriving now)."""
+    return Request(
+        request_id=request.request_id,
+        prompt_token_ids=list(request.prompt_token_ids),
+        params=request.sampling.to_params(),
+        tenant_id=request.tenant_id,
+        tenant_weight=request.tenant_weight,
+        priority=request.priority,
+    )
 
 
 def to_chunk(output: RequestOutput) -> GenerateChunk:
@@ -78,14 +93,7 @@ class InProcessEngineClient:
         self.engine = engine
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        async for output in self.engine.generate(
-            request.request_id,
-            request.prompt_token_ids,
-            request.sampling.to_params(),
-            tenant_id=request.tenant_id,
-            tenant_weight=request.tenant_weight,
-            priority=request.priority,
-        ):
+        async for output in self.engine.generate(to_request(request)):
             yield to_chunk(output)
 
     async def abort(self, request_id: str) -> None:

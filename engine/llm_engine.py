@@ -1,9 +1,12 @@
 """The synchronous engine: add requests, call `step()`, read typed outputs.
 
-A step reads as schedule -> run -> postprocess: the scheduler picks the
-chunks, the model runner computes them in one forward, the sampler picks one
-token for every sequence that reached its end, and the output processor
-applies stop rules. Finished sequences free their blocks in the same step.
+A request is one `Request` object from the caller (the async front, a test)
+to the scheduler, checked once by the `RequestValidator`. A step reads as
+schedule -> run -> postprocess: the scheduler picks the chunks (it owns the
+KV blocks), the model runner computes them in one forward, the sampler picks
+one token for every sequence that reached its end (a just-prefilled `n > 1`
+request forks first), and the output processor applies structured-output
+guides and stop rules. Finished sequences free their blocks in the same step.
 
 Not thread-safe: one thread drives it. The async front (async_engine.py)
 funnels every call onto that thread.
@@ -13,13 +16,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 import torch
 
-from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.errors import EngineError, InvalidRequestError
@@ -27,19 +28,16 @@ from hydrant.engine.load_report import LoadReport, timed_phase
 from hydrant.engine.loader import read_model_config
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.model_runner import ModelOutput, ModelRunner
-from hydrant.engine.output_processor import OutputProcessor
+from hydrant.engine.output_processor import OutputProcessor, StepSample
 from hydrant.engine.outputs import FinishReason, RequestOutput
 from hydrant.engine.protocol import EngineStats
-from hydrant.engine.sampler import Sampler, SamplingRow, make_generator
-from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sampler import Sampler, make_generator
 from hydrant.engine.scheduler import Scheduler, SchedulerOutput
-from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes
-from hydrant.engine.sequence import Sequence as Seq
+from hydrant.engine.sequence import Request, Sequence
 from hydrant.engine.sleep_mode import EngineBusyError, EngineSleepingError
 from hydrant.engine.step_observer import StepObserver
-from hydrant.engine.structured_output import GuideFactory
 from hydrant.engine.tokenizer import Tokenizer
-from hydrant.engine.validation import EmbeddingSizes, validate_request
+from hydrant.engine.validation import RequestValidator
 
 logger = logging.getLogger(__name__)
 
@@ -80,19 +78,18 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.metrics = metrics
         eos = tokenizer.eos_token_ids if tokenizer is not None else model_config.eos_token_ids
-        self.block_manager = BlockManager(
-            runner.num_blocks, config.block_size, config.enable_prefix_caching
-        )
         self.scheduler = Scheduler(
-            config, self.block_manager, pool_every_token=model_config.pooling != "last"
+            config, runner.num_blocks, pool_every_token=model_config.pooling != "last"
         )
         self.sampler = Sampler(eos)
-        self.processor = OutputProcessor(tokenizer, eos, max_model_len)
+        self.validator = RequestValidator.for_model(
+            model_config, max_model_len, tokenizer is not None
+        )
+        self.processor = OutputProcessor(tokenizer, eos, max_model_len, model_config.vocab_size)
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []  # aborted requests' last outputs
-        self._observer = StepObserver(metrics, self.scheduler, self.block_manager)
+        self._observer = StepObserver(metrics, self.scheduler)
         self.total_device_seconds = 0.0  # sum of measured step durations
-        self._guides: GuideFactory | None = None  # built on the first structured request
         self.load_report: LoadReport | None = None  # set by from_pretrained
         self.wake_report: LoadReport | None = None  # the last wake's phases
 
@@ -137,95 +134,35 @@ class LLMEngine:
 
     # ---- requests -----------------------------------------------------------------------
 
-    def validate(
-        self, prompt_token_ids: Sequence[int], params: SamplingParams, tenant_weight: float = 1.0
-    ) -> None:
-        """Read-only checks of add_request; safe to call from another thread."""
-        validate_request(
-            prompt_token_ids,
-            params,
-            vocab_size=self.model_config.vocab_size,
-            max_model_len=self.max_model_len,
-            has_tokenizer=self.tokenizer is not None,
-            tenant_weight=tenant_weight,
-            embedding_sizes=EmbeddingSizes(
-                self.model_config.hidden_size, self.model_config.matryoshka_dimensions
-            ),
-            embedding_only=self.model_config.embedding_only,
-        )
-
-    def add_request(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        tenant_id: str = "default",
-        tenant_weight: float = 1.0,
-        priority: int = 0,
-        arrival_time: float | None = None,
-    ) -> None:
+    def add_request(self, request: Request, *, checked: bool = False) -> None:
+        """Queue `request`, the same object from here to the scheduler; its outputs come
+        from `step()`. It is checked by `validator` first unless `checked` says that was
+        done already (the async front checks on its event loop, before queueing it)."""
         self._check_awake()
-        if request_id in self._requests:
-            raise InvalidRequestError(f"request id {request_id!r} is already running", None)
-        self.validate(prompt_token_ids, params, tenant_weight)
-        prompt = list(prompt_token_ids)
-        lane = LONG_LANE if len(prompt) >= self.config.long_prompt_threshold else SHORT_LANE
-        salt = tenant_id.encode() if self.config.prefix_cache_per_tenant else b""
-        request = Request(
-            request_id=request_id,
-            prompt_token_ids=prompt,
-            params=params,
-            tenant_id=tenant_id,
-            tenant_weight=float(tenant_weight),
-            priority=int(priority),
-            lane=lane,
-            times=RequestTimes(arrival_time if arrival_time is not None else time.time()),
-            cache_salt=b"hydrant-prefix:" + salt,
-        )
-        seq = Seq(request, 0, make_generator(params.seed, self.runner.device))
-        if params.structured_output is not None:
-            seq.guide = self._guide_factory().guide(*params.structured_output)
-            seq.guide_waits_for = params.structured_output_after
+        if request.request_id in self._requests:
+            raise InvalidRequestError(f"request id {request.request_id!r} is already running", None)
+        if not checked:
+            self.validator.check(request)
+        seq = Sequence(request, 0, make_generator(request.params.seed, self.runner.device))
+        self.processor.attach_guide(seq)
         request.seqs.append(seq)
-        self._requests[request_id] = request
+        self._requests[request.request_id] = request
         self.scheduler.add_request(request)
-
-    def _guide_factory(self) -> GuideFactory:
-        if self._guides is None:
-            assert self.tokenizer is not None  # validate_request refuses a schema without one
-            started = time.perf_counter()
-            self._guides = GuideFactory(
-                self.tokenizer, self.model_config.vocab_size, self.sampler.eos_token_ids
-            )
-            logger.info(
-                "structured output ready in %.3fs",
-                time.perf_counter() - started,
-                extra={"event": "guides_ready"},
-            )
-        return self._guides
 
     def abort(self, request_id: str) -> None:
         """Stop a request now and free its blocks; its last output comes with the next step."""
-        request = self._requests.pop(request_id, None)
+        request = self._requests.get(request_id)
         if request is not None:
-            self._pending.append(self._finish_request(request, "abort"))
+            self.scheduler.finish_request(request, "abort")
+            self._pending.append(self._output(request, time.time()))
 
     def abort_all(self, reason: FinishReason = "error") -> list[RequestOutput]:
         """End every request (after a failed step); returns their final outputs."""
         outputs, self._pending = self._pending, []
-        for request_id in list(self._requests):
-            outputs.append(self._finish_request(self._requests.pop(request_id), reason))
+        for request in list(self._requests.values()):
+            self.scheduler.finish_request(request, reason)
+            outputs.append(self._output(request, time.time()))
         return outputs
-
-    def _finish_request(self, request: Request, reason: FinishReason) -> RequestOutput:
-        for seq in request.seqs:
-            self.scheduler.finish_seq(seq, reason)
-        request.times.finish_time = time.time()
-        output = self.processor.request_output(request)
-        self.processor.drop(request)
-        if self.metrics is not None:
-            self.metrics.observe_finished(output.metrics)
-        return output
 
     def has_unfinished(self) -> bool:
         return bool(self._requests or self._pending)
@@ -233,109 +170,56 @@ class LLMEngine:
     # ---- the step -----------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        """Schedule -> run -> postprocess; aborted requests' last outputs come first."""
         outputs, self._pending = self._pending, []
         if self.is_sleeping:
             return outputs
         sched = self.scheduler.schedule()
+        sample = self._run(sched)
+        outputs += self._postprocess(sample)
+        self._observer.observe(sched, num_generated=len(sample.seqs))
+        return outputs
+
+    def _run(self, sched: SchedulerOutput) -> StepSample:
+        """One forward over the scheduled chunks, then a token for every sequence that
+        reached its end (a just-prefilled `n > 1` request forks first)."""
         if sched.is_empty:
-            self._observer.observe(sched)
-            return outputs
+            return StepSample()
         started = time.perf_counter()
         model_out = self.runner.execute(sched)
         self.scheduler.on_step_done(sched)
-        for seq, first, entries in model_out.prompt_logprobs:
-            seq.request.record_prompt_logprobs(first, entries)
-        seqs, logits = self._fork_new_choices(model_out)
-        rows = [
-            SamplingRow(
-                s.request.params,
-                s.prompt_token_ids,
-                s.output_token_ids,
-                s.generator,
-                s.active_guide,
-            )
-            for s in seqs
-        ]
-        result = self.sampler(logits, rows)
-        duration = time.perf_counter() - started
-        self.total_device_seconds += duration
-        self._charge_device_time(sched, duration)
-        now = time.time()
-        touched: dict[str, Request] = {}
-        for seq, vector in model_out.embeddings:  # an embedding ends with its prompt
-            request = seq.request
-            request.embedding = vector
-            request.times.first_token_time = now
-            self.scheduler.finish_seq(seq, "stop")
-            touched[request.request_id] = request
-        for seq, token, logprob in zip(seqs, result.token_ids, result.logprobs, strict=True):
-            request = seq.request
-            if request.times.first_token_time is None:
-                request.times.first_token_time = now
-            if request.params.max_tokens == 0:  # scoring only: the prompt's logprobs were it
-                reason: FinishReason | None = "length"
-            elif seq.active_guide is not None and not seq.active_guide.accept(token):
-                # The mask allowed it, so the parser must take it: a bug, not the client's.
-                # (The parser's message would quote the output: not logged.)
-                logger.error(
-                    "a structured-output parser refused a token its own mask allowed",
-                    extra={"event": "guide_error", "request_id": request.request_id},
-                )
-                reason = "error"
-            else:
-                if token == seq.guide_waits_for:  # thinking ended: the form holds from here
-                    seq.guide_waits_for = None
-                reason = self.processor.append_token(seq, token, logprob)
-            if reason is not None:
-                self.scheduler.finish_seq(seq, reason)
-            touched[request.request_id] = request
-        for request in touched.values():
-            if request.finished:
-                request.times.finish_time = now
-            output = self.processor.request_output(request)
-            outputs.append(output)
-            if request.finished:
-                del self._requests[request.request_id]
-                self.processor.drop(request)
-                if self.metrics is not None:
-                    self.metrics.observe_finished(output.metrics)
-        self._observer.observe(sched, num_generated=len(seqs))
-        return outputs
-
-    def _fork_new_choices(self, model_out: ModelOutput) -> tuple[list[Seq], torch.Tensor]:
-        """Split a just-prefilled `n > 1` request into n sequences sharing its blocks."""
-        seqs: list[Seq] = []
-        rows: list[int] = []
-        for i, seq in enumerate(model_out.sample_seqs):
-            seqs.append(seq)
-            rows.append(i)
-            request = seq.request
-            if request.params.n == 1 or request.forked:
-                continue
-            request.forked = True
-            children = []
-            for index in range(1, request.params.n):
-                seed = request.params.seed
-                child = seq.fork(
-                    index,
-                    make_generator(None if seed is None else seed + index, self.runner.device),
-                )
-                self.block_manager.fork(seq, child)
-                children.append(child)
-            request.seqs.extend(children)
-            self.scheduler.add_forked(children)
-            seqs.extend(children)
-            rows.extend([i] * len(children))
+        seqs, rows = self.scheduler.fork_new_choices(model_out.sample_seqs, self.runner.device)
         logits = model_out.logits
         if len(rows) != logits.shape[0]:
             logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
-        return seqs, logits
+        result = self.sampler(logits, [seq.sampling_row() for seq in seqs])
+        duration = time.perf_counter() - started
+        self.total_device_seconds += duration
+        sched.charge_device_time(duration)
+        return StepSample(
+            seqs, result.token_ids, result.logprobs, model_out.embeddings, model_out.prompt_logprobs
+        )
 
-    def _charge_device_time(self, sched: SchedulerOutput, duration: float) -> None:
-        """Split the step's duration over its sequences by the tokens each computed."""
-        total = sched.num_batched_tokens
-        for item in sched.scheduled:
-            item.seq.request.times.device_seconds += duration * item.num_new_tokens / total
+    def _postprocess(self, sample: StepSample) -> list[RequestOutput]:
+        """The output processor decides who finished; the scheduler frees those."""
+        now = time.time()
+        decisions = self.processor.process(sample, now)
+        for seq, reason in decisions.finished:
+            self.scheduler.finish_seq(seq, reason)
+        return [self._output(request, now) for request in decisions.requests]
+
+    def _output(self, request: Request, now: float) -> RequestOutput:
+        """The request's output as of `now`; a finished request leaves the engine with it."""
+        finished = request.finished
+        if finished:
+            request.times.finish_time = now
+        output = self.processor.request_output(request)
+        if finished:
+            del self._requests[request.request_id]
+            self.processor.drop(request)
+            if self.metrics is not None:
+                self.metrics.observe_finished(output.metrics)
+        return output
 
     # ---- sleep mode -----------------------------------------------------------------------
 
@@ -364,7 +248,7 @@ class LLMEngine:
         runner = self._sleepable()
         if runner.sleeping:
             return
-        self.block_manager.reset_prefix_cache()
+        self.scheduler.reset_prefix_cache()
         started = time.perf_counter()
         runner.sleep()
         logger.info(
@@ -383,7 +267,7 @@ class LLMEngine:
         with report.active():
             runner.wake()
             with timed_phase("prefix_reset"):
-                self.block_manager.reset_prefix_cache()
+                self.scheduler.reset_prefix_cache()
         report.wall_seconds = time.perf_counter() - started
         self.wake_report = report
         report.log(logger, "engine")
@@ -396,7 +280,6 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         """While asleep the KV cache holds no block: total and free report 0."""
-        bm = self.block_manager
         if self.is_sleeping:
             return EngineStats(
                 num_running=0,
@@ -406,11 +289,4 @@ class LLMEngine:
                 num_total_blocks=0,
                 prefix_cache_hit_rate=0.0,
             )
-        return EngineStats(
-            num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting),
-            kv_usage=bm.usage,
-            num_free_blocks=bm.num_free_blocks,
-            num_total_blocks=bm.num_blocks,
-            prefix_cache_hit_rate=bm.prefix_hits / bm.prefix_queries if bm.prefix_queries else 0.0,
-        )
+        return self.scheduler.stats()

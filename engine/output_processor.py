@@ -1,4 +1,10 @@
-"""From sampled token ids to finish decisions and `RequestOutput`s.
+"""From what a step computed to finish decisions and `RequestOutput`s.
+
+`process` takes one step's results: prompt scores, finished prompts'
+embeddings (an embedding request ends with its prompt) and the token each
+sampled sequence drew, which its structured-output guide (when it has one)
+must accept before the stop rules see it. It decides which sequences finished
+and why; the engine has the scheduler free them, then asks for the outputs.
 
 Per sequence it keeps the incremental detokenizer, the stop-string matcher
 and how much of the output was already sent. Stop conditions are checked in
@@ -11,13 +17,41 @@ back, so what was streamed is always a prefix of the final text.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
 
 from hydrant.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from hydrant.engine.errors import EngineError
 from hydrant.engine.outputs import CompletionOutput, FinishReason, RequestMetrics, RequestOutput
 from hydrant.engine.sampler import TokenLogprob
 from hydrant.engine.sequence import Request, Sequence
+from hydrant.engine.structured_output import GuideFactory
 from hydrant.engine.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One step's results: each sampled sequence (forked choices included) with the
+    token it drew, finished prompts' embeddings, and the prompt tokens it scored."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob | None] = field(default_factory=list)
+    embeddings: list[tuple[Sequence, list[float]]] = field(default_factory=list)
+    prompt_logprobs: list[tuple[Sequence, int, list[TokenLogprob]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepDecisions:
+    """The requests a step touched (in the order they were touched), and which of their
+    sequences finished, and why."""
+
+    requests: list[Request]
+    finished: list[tuple[Sequence, FinishReason]]
 
 
 class SequenceOutputState:
@@ -41,12 +75,40 @@ class SequenceOutputState:
 
 class OutputProcessor:
     def __init__(
-        self, tokenizer: Tokenizer | None, eos_token_ids: frozenset[int], max_model_len: int
+        self,
+        tokenizer: Tokenizer | None,
+        eos_token_ids: frozenset[int],
+        max_model_len: int,
+        vocab_size: int,
     ) -> None:
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
+        self.vocab_size = vocab_size
         self._states: dict[int, SequenceOutputState] = {}
+        self._guides: GuideFactory | None = None  # built on the first structured request
+
+    def attach_guide(self, seq: Sequence) -> None:
+        """Give a request's first sequence its structured-output guide, if it asks for one
+        (forked choices copy their parent's). Raises InvalidRequestError for a constraint
+        that does not compile (cached: the async front compiled it off its loop)."""
+        params = seq.request.params
+        if params.structured_output is not None:
+            seq.guide = self._guide_factory().guide(*params.structured_output)
+            seq.guide_waits_for = params.structured_output_after
+
+    def _guide_factory(self) -> GuideFactory:
+        if self._guides is None:
+            if self.tokenizer is None:  # validation refuses a constraint without one
+                raise EngineError("structured output needs a tokenizer")
+            started = time.perf_counter()
+            self._guides = GuideFactory(self.tokenizer, self.vocab_size, self.eos_token_ids)
+            logger.info(
+                "structured output ready in %.3fs",
+                time.perf_counter() - started,
+                extra={"event": "guides_ready"},
+            )
+        return self._guides
 
     def state(self, seq: Sequence) -> SequenceOutputState:
         state = self._states.get(seq.seq_id)
@@ -57,6 +119,46 @@ class OutputProcessor:
     def drop(self, request: Request) -> None:
         for seq in request.seqs:
             self._states.pop(seq.seq_id, None)
+
+    def process(self, sample: StepSample, now: float) -> StepDecisions:
+        """Record what the step computed; say which sequences it finished."""
+        touched: dict[str, Request] = {}
+        finished: list[tuple[Sequence, FinishReason]] = []
+        for seq, first, entries in sample.prompt_logprobs:
+            seq.request.record_prompt_logprobs(first, entries)
+        for seq, vector in sample.embeddings:
+            request = seq.request
+            request.embedding = vector
+            request.times.first_token_time = now
+            finished.append((seq, "stop"))
+            touched[request.request_id] = request
+        for seq, token, logprob in zip(sample.seqs, sample.token_ids, sample.logprobs, strict=True):
+            request = seq.request
+            if request.times.first_token_time is None:
+                request.times.first_token_time = now
+            reason = self._take_token(seq, token, logprob)
+            if reason is not None:
+                finished.append((seq, reason))
+            touched[request.request_id] = request
+        return StepDecisions(list(touched.values()), finished)
+
+    def _take_token(
+        self, seq: Sequence, token: int, logprob: TokenLogprob | None
+    ) -> FinishReason | None:
+        if seq.request.params.max_tokens == 0:  # scoring only: the prompt's logprobs were it
+            return "length"
+        guide = seq.active_guide
+        if guide is not None and not guide.accept(token):
+            # The mask allowed it, so the parser must take it: a bug, not the client's.
+            # (The parser's message would quote the output: not logged.)
+            logger.error(
+                "a structured-output parser refused a token its own mask allowed",
+                extra={"event": "guide_error", "request_id": seq.request.request_id},
+            )
+            return "error"
+        if token == seq.guide_waits_for:  # thinking ended: the form holds from here
+            seq.guide_waits_for = None
+        return self.append_token(seq, token, logprob)
 
     def append_token(
         self, seq: Sequence, token_id: int, logprob: TokenLogprob | None

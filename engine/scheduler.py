@@ -9,19 +9,24 @@ Order everywhere is (priority, tenant's virtual token counter, arrival):
 urgent requests first, then the least-served tenant. When a running
 sequence needs a block and none is free, the sequence last in that order is
 preempted (its blocks freed, to be recomputed later), possibly the one asking.
+
+The scheduler owns the block manager: every allocation, fork, free and
+prefix-cache reset goes through it, so the engine never touches blocks.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import torch
 
 from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.fairness import VirtualTokenCounter
 from hydrant.engine.outputs import FinishReason
-from hydrant.engine.sequence import LONG_LANE, Request, Sequence, SequenceStatus
+from hydrant.engine.protocol import EngineStats
+from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, Sequence, SequenceStatus
 from hydrant.engine.token_budget import TokenBudget
 
 
@@ -53,13 +58,21 @@ class SchedulerOutput:
     def is_empty(self) -> bool:
         return not self.scheduled
 
+    def charge_device_time(self, seconds: float) -> None:
+        """Split the step's duration over its sequences' requests by the tokens each computed."""
+        total = self.num_batched_tokens
+        for item in self.scheduled:
+            item.seq.request.times.device_seconds += seconds * item.num_new_tokens / total
+
 
 class Scheduler:
     def __init__(
-        self, config: EngineConfig, block_manager: BlockManager, pool_every_token: bool = False
+        self, config: EngineConfig, num_blocks: int, pool_every_token: bool = False
     ) -> None:
         self.config = config
-        self.block_manager = block_manager
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching
+        )
         # Mean / CLS pooling reads hidden states of the whole prompt: an embed request then
         # computes it all, since cached blocks hold K/V, not hidden states.
         self.pool_every_token = pool_every_token
@@ -67,16 +80,39 @@ class Scheduler:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.num_preemptions = 0
-        self._watermark = max(1, block_manager.num_blocks // 100)
+        self._watermark = max(1, num_blocks // 100)
 
     # ---- bookkeeping --------------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:
+        """Queue a checked request's sequences, in the lane and prefix-cache scope its
+        prompt and tenant give it."""
+        long = len(request.prompt_token_ids) >= self.config.long_prompt_threshold
+        request.lane = LONG_LANE if long else SHORT_LANE
+        salt = request.tenant_id.encode() if self.config.prefix_cache_per_tenant else b""
+        request.cache_salt = b"hydrant-prefix:" + salt
         self.fairness.arrive(request.tenant_id)
         self.waiting.extend(request.seqs)
 
-    def add_forked(self, children: Iterable[Sequence]) -> None:
-        self.running.extend(children)
+    def fork_new_choices(
+        self, sampled: list[Sequence], device: torch.device
+    ) -> tuple[list[Sequence], list[int]]:
+        """Fork every `n > 1` request whose prompt was just computed; returns each
+        sequence to sample (new choices after their first) and the index in `sampled`
+        of the logits row it draws from. New choices run from now on and share every
+        block of their first."""
+        seqs: list[Sequence] = []
+        rows: list[int] = []
+        for row, seq in enumerate(sampled):
+            seqs.append(seq)
+            rows.append(row)
+            children = seq.request.fork_choices(seq, device)
+            for child in children:
+                self.block_manager.fork(seq, child)
+                self.running.append(child)
+                seqs.append(child)
+                rows.append(row)
+        return seqs, rows
 
     def finish_seq(self, seq: Sequence, reason: FinishReason) -> None:
         """Mark finished and free its blocks at once; departs the tenant with the request."""
@@ -92,12 +128,28 @@ class Scheduler:
         if seq.request.finished:
             self.fairness.depart(seq.request.tenant_id)
 
-    def abort_request(self, request: Request) -> None:
+    def finish_request(self, request: Request, reason: FinishReason) -> None:
+        """End every unfinished sequence of the request (an abort, a failed step)."""
         for seq in request.seqs:
-            self.finish_seq(seq, "abort")
+            self.finish_seq(seq, reason)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix: the KV tensors are freed or were just re-allocated."""
+        self.block_manager.reset_prefix_cache()
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_usage=bm.usage,
+            num_free_blocks=bm.num_free_blocks,
+            num_total_blocks=bm.num_blocks,
+            prefix_cache_hit_rate=bm.prefix_hits / bm.prefix_queries if bm.prefix_queries else 0.0,
+        )
 
     def _key(self, seq: Sequence) -> tuple[int, float, float, int]:
         req = seq.request

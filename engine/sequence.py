@@ -1,10 +1,13 @@
 """Requests and the token sequences they generate.
 
-A `Request` is what a client asked for; each of its `n` choices is a
-`Sequence`, the unit the scheduler and block manager work on. A request
-starts with one sequence; when its prompt has been computed, the engine forks
-it into `n` sequences that share the prompt's KV blocks (copy-on-write), so
-the prompt is computed once however many choices are asked for.
+A `Request` is what a client asked for, built once (from the wire's
+`GenerateRequest` by engine/inprocess.py, or by a caller of
+`LLMEngine.add_request`) and passed as that same object from the async front
+to the scheduler. Each of its `n` choices is a `Sequence`, the unit the
+scheduler and block manager work on. A request starts with one sequence; when
+its prompt has been computed it forks into `n` sequences that share the
+prompt's KV blocks (copy-on-write), so the prompt is computed once however
+many choices are asked for.
 
 A sequence tracks `num_computed_tokens`: how many of its tokens have their
 K/V in the cache. Prefill, chunked prefill, decode and recompute after
@@ -19,17 +22,15 @@ import enum
 import hashlib
 import itertools
 import struct
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from hydrant.engine.outputs import FinishReason
+from hydrant.engine.sampler import SamplingRow, TokenLogprob, make_generator
 from hydrant.engine.sampling_params import SamplingParams
-
-if TYPE_CHECKING:
-    from hydrant.engine.sampler import TokenLogprob
-    from hydrant.engine.structured_output import Guide
+from hydrant.engine.structured_output import Guide
 
 Lane = str  # "short" or "long"
 SHORT_LANE: Lane = "short"
@@ -55,30 +56,42 @@ class RequestTimes:
     device_seconds: float = 0.0
     cached_tokens: int = 0
 
+    @classmethod
+    def arriving(cls) -> RequestTimes:
+        """Times of a request arriving now."""
+        return cls(time.time())
+
 
 @dataclass(eq=False)
 class Request:
-    """One client request: its prompt, sampling settings, tenant and its sequences."""
+    """One client request: its prompt, sampling settings, tenant and its sequences.
+
+    The caller gives the fields up to `times`; it is checked once, read-only
+    (`RequestValidator`), before it is queued. The rest is the engine's:
+    `lane` and `cache_salt` follow from its config (`Scheduler.add_request`
+    sets them), the others record the request's progress.
+    """
 
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
-    tenant_id: str
-    tenant_weight: float
-    priority: int
-    lane: Lane
-    times: RequestTimes
-    cache_salt: bytes
-    seqs: list[Sequence] = field(default_factory=list)
-    forked: bool = False
-    num_preemptions: int = 0
+    tenant_id: str = "default"
+    tenant_weight: float = 1.0
+    priority: int = 0
+    times: RequestTimes = field(default_factory=RequestTimes.arriving)
+    lane: Lane = field(default=SHORT_LANE, init=False)
+    cache_salt: bytes = field(default=b"", init=False)
+    seqs: list[Sequence] = field(default_factory=list, init=False)
+    forked: bool = field(default=False, init=False)
+    num_preemptions: int = field(default=0, init=False)
     # With `params.prompt_logprobs`: entry i scores prompt token i (None for token 0).
-    prompt_logprobs: list[TokenLogprob | None] | None = None
-    prompt_logprobs_sent: bool = False
-    embedding: list[float] | None = None  # with `params.embed`, once the prompt is computed
+    prompt_logprobs: list[TokenLogprob | None] | None = field(default=None, init=False)
+    prompt_logprobs_sent: bool = field(default=False, init=False)
+    # With `params.embed`, once the prompt is computed.
+    embedding: list[float] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
+        if self.params.prompt_logprobs is not None:
             self.prompt_logprobs = [None]
 
     def record_prompt_logprobs(self, first: int, entries: list[TokenLogprob]) -> None:
@@ -97,6 +110,23 @@ class Request:
 
     def completion_tokens(self) -> int:
         return sum(len(seq.output_token_ids) for seq in self.seqs)
+
+    def fork_choices(self, first: Sequence, device: torch.device) -> list[Sequence]:
+        """The other `n - 1` choices, once `first` has computed the prompt (once a request).
+
+        Choice `i` of a seeded request draws with `seed + i`, so the choices differ
+        and stay reproducible. The scheduler shares the blocks (`Scheduler.add_forked`).
+        """
+        if self.params.n == 1 or self.forked:
+            return []
+        self.forked = True
+        seed = self.params.seed
+        children = [
+            first.fork(index, make_generator(None if seed is None else seed + index, device))
+            for index in range(1, self.params.n)
+        ]
+        self.seqs.extend(children)
+        return children
 
 
 class Sequence:
@@ -120,6 +150,16 @@ class Sequence:
         self.guide_waits_for: int | None = None
         # Mean / CLS pooling: the prompt's pooled hidden states so far (its chunks add up).
         self.pool_sum: torch.Tensor | None = None
+
+    def sampling_row(self) -> SamplingRow:
+        """What the sampler needs of this sequence for its next token."""
+        return SamplingRow(
+            self.request.params,
+            self.prompt_token_ids,
+            self.output_token_ids,
+            self.generator,
+            self.active_guide,
+        )
 
     @property
     def active_guide(self) -> Guide | None:

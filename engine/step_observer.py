@@ -7,18 +7,14 @@ what was already reported and sends the difference.
 
 from __future__ import annotations
 
-from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.scheduler import Scheduler, SchedulerOutput
 
 
 class StepObserver:
-    def __init__(
-        self, metrics: EngineMetrics | None, scheduler: Scheduler, block_manager: BlockManager
-    ) -> None:
+    def __init__(self, metrics: EngineMetrics | None, scheduler: Scheduler) -> None:
         self.metrics = metrics
         self.scheduler = scheduler
-        self.block_manager = block_manager
         self._prefix_seen = (0, 0)
         self._preemptions_seen = 0
 
@@ -27,7 +23,7 @@ class StepObserver:
         metrics = self.metrics
         if metrics is None:
             return
-        bm = self.block_manager
+        bm = self.scheduler.block_manager
         metrics.observe_step(
             len(self.scheduler.running),
             len(self.scheduler.waiting),

@@ -6,7 +6,7 @@ import pytest
 
 from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.sampling_params import SamplingParams
-from hydrant.engine.sequence import SHORT_LANE, Request, RequestTimes, Sequence
+from hydrant.engine.sequence import Request, RequestTimes, Sequence
 
 BS = 4
 
@@ -19,10 +19,9 @@ def _seq(tokens: list[int], salt: bytes = b"t") -> Sequence:
         tenant_id="t",
         tenant_weight=1.0,
         priority=0,
-        lane=SHORT_LANE,
         times=RequestTimes(0.0),
-        cache_salt=salt,
     )
+    request.cache_salt = salt  # what the scheduler sets on admission
     seq = Sequence(request, 0, None)
     request.seqs.append(seq)
     return seq

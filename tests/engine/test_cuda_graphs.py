@@ -35,6 +35,7 @@ from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.model_runner import ModelRunner
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -57,7 +58,7 @@ def _greedy(engine: LLMEngine, prompts: list[list[int]], lengths: list[int]) -> 
     tag = f"g{next(_tags)}-"
     for i, (prompt, n) in enumerate(zip(prompts, lengths, strict=True)):
         params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
-        engine.add_request(f"{tag}{i}", prompt, params)
+        engine.add_request(Request(f"{tag}{i}", prompt, params))
     finals: dict[str, list[int]] = {}
     while engine.has_unfinished():
         for output in engine.step():

@@ -28,6 +28,7 @@ from hydrant.engine.errors import InvalidRequestError, UnsupportedModelError
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 EMBED = SamplingParams(max_tokens=0, embed=True)
@@ -109,7 +110,7 @@ def test_a_prompt_may_fill_the_context(model_dir: Path, engines: EngineTracker) 
     full = random_prompts(1, 64, 65, seed=7)[0]
     assert len(_embedding(run_batch(engine, [full], [EMBED])[0])) > 0
     with pytest.raises(InvalidRequestError, match="maximum context length") as refused:
-        engine.add_request("too-long", [*full, 5], EMBED)
+        engine.add_request(Request("too-long", [*full, 5], EMBED))
     assert refused.value.param == "input"
 
 
@@ -134,7 +135,7 @@ def test_dimensions_cut_only_a_matryoshka_model(
     for dims, message in [(16, "not trained to be cut"), (hidden + 1, "exceeds")]:
         cut = SamplingParams(max_tokens=0, embed=True, embed_dimensions=dims)
         with pytest.raises(InvalidRequestError, match=message) as refused:
-            plain.add_request(f"cut-{dims}", [4, 5, 6], cut)
+            plain.add_request(Request(f"cut-{dims}", [4, 5, 6], cut))
         assert refused.value.param == "dimensions"
     listed = engines.make(_with_config(model_dir, tmp_path / "m", matryoshka_dimensions=[16, 32]))
     prompt = random_prompts(1, 10, 30, seed=8)[0]
@@ -142,7 +143,7 @@ def test_dimensions_cut_only_a_matryoshka_model(
     _close(_embedding(run_batch(listed, [prompt], [cut])[0]), _expected(reference, prompt, 16))
     unlisted = SamplingParams(max_tokens=0, embed=True, embed_dimensions=24)
     with pytest.raises(InvalidRequestError, match="one of 16, 32"):
-        listed.add_request("cut-24", prompt, unlisted)
+        listed.add_request(Request("cut-24", prompt, unlisted))
     free = engines.make(_with_config(model_dir, tmp_path / "f", is_matryoshka=True))
     _close(_embedding(run_batch(free, [prompt], [unlisted])[0]), _expected(reference, prompt, 24))
 
@@ -209,7 +210,7 @@ def test_a_bare_decoder_checkpoint_serves_embeddings_only(
     prompts = random_prompts(3, 5, 40, seed=12)
     _embeds_as(bare, engine, prompts)
     with pytest.raises(InvalidRequestError, match="embeddings only") as refused:
-        engine.add_request("generate", prompts[0], SamplingParams(max_tokens=2))
+        engine.add_request(Request("generate", prompts[0], SamplingParams(max_tokens=2)))
     assert refused.value.param == "model"
 
 
@@ -235,7 +236,7 @@ def test_a_causal_lm_config_over_bare_decoder_weights(
     greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     if not tied:
         with pytest.raises(InvalidRequestError, match="embeddings only"):
-            engine.add_request("generate", prompts[0], greedy)
+            engine.add_request(Request("generate", prompts[0], greedy))
         return
     reference = load_hf_model(tmp_path)
     final = run_batch(engine, prompts[:1], [greedy])[0][-1]

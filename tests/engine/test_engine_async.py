@@ -19,6 +19,7 @@ from hydrant.engine.async_engine import AsyncLLMEngine, running
 from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
 LONG = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
@@ -35,7 +36,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def _collect(
     front: AsyncLLMEngine, rid: str, prompt: list[int], params: SamplingParams
 ) -> list[RequestOutput]:
-    return [output async for output in front.generate(rid, prompt, params, tenant_id=f"t{rid}")]
+    return [
+        output async for output in front.generate(Request(rid, prompt, params, tenant_id=f"t{rid}"))
+    ]
 
 
 async def test_concurrent_generations_stream_and_finish(
@@ -44,7 +47,7 @@ async def test_concurrent_generations_stream_and_finish(
     prompts = random_prompts(6, 3, 70, seed=41)
     reference_engine = engines.make(model_dir)
     for i, prompt in enumerate(prompts):
-        reference_engine.add_request(str(i), prompt, GREEDY)
+        reference_engine.add_request(Request(str(i), prompt, GREEDY))
     expected = {
         rid: o.outputs[0].token_ids for rid, o in run_to_completion(reference_engine).items()
     }
@@ -77,7 +80,7 @@ async def test_abort_mid_stream_frees_blocks(model_dir: Path, engines: EngineTra
     engine = engines.make(model_dir)
     async with running(engine) as front:
         received: list[RequestOutput] = []
-        async for output in front.generate("a", random_prompts(1, 40, 41)[0], LONG):
+        async for output in front.generate(Request("a", random_prompts(1, 40, 41)[0], LONG)):
             received.append(output)
             if len(received) == 3:
                 assert front.stats().num_free_blocks < front.stats().num_total_blocks
@@ -95,7 +98,7 @@ async def test_consumer_that_stops_reading_aborts_its_request(
 ) -> None:
     engine = engines.make(model_dir)
     async with running(engine) as front:
-        stream = front.generate("gone", random_prompts(1, 30, 31)[0], LONG)
+        stream = front.generate(Request("gone", random_prompts(1, 30, 31)[0], LONG))
         async with contextlib.aclosing(stream):
             async for _output in stream:
                 break  # the client disconnected
@@ -130,7 +133,7 @@ async def test_shutdown_ends_open_streams_with_abort(
     received: list[RequestOutput] = []
 
     async def consume() -> None:
-        async for output in front.generate("s", [1, 2, 3, 4], LONG):
+        async for output in front.generate(Request("s", [1, 2, 3, 4], LONG)):
             received.append(output)
 
     task = asyncio.create_task(consume())

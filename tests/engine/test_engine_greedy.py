@@ -26,6 +26,7 @@ from tiny_models import (
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import SchedulerOutput
+from hydrant.engine.sequence import Request
 
 NEW_TOKENS = 64
 GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
@@ -66,7 +67,7 @@ def reference(
 
 def _generate(engine: LLMEngine, prompts: list[list[int]], tag: str = "r") -> list[list[int]]:
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"{tag}{i}", prompt, GREEDY)
+        engine.add_request(Request(f"{tag}{i}", prompt, GREEDY))
     finals = run_to_completion(engine)
     for output in finals.values():
         assert output.outputs[0].finish_reason == "length"
@@ -112,7 +113,7 @@ def test_prefix_cache_hits_do_not_change_results(
     assert first == reference.shared_outputs[:1]
     rest = reference.shared_prompts[1:]
     for i, prompt in enumerate(rest):
-        engine.add_request(f"s{i}", prompt, GREEDY)
+        engine.add_request(Request(f"s{i}", prompt, GREEDY))
     finals = run_to_completion(engine)
     assert [finals[f"s{i}"].outputs[0].token_ids for i in range(len(rest))] == (
         reference.shared_outputs[1:]

@@ -22,6 +22,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 
@@ -37,7 +38,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _run_one(
     engine: LLMEngine, prompt: list[int], params: SamplingParams, rid: str = "x"
 ) -> RequestOutput:
-    engine.add_request(rid, prompt, params)
+    engine.add_request(Request(rid, prompt, params))
     return run_to_completion(engine)[rid]
 
 
@@ -73,10 +74,10 @@ def test_bad_input_is_refused_and_the_engine_keeps_serving(
     param: str,
 ) -> None:
     engine = engines.make(model_dir)
-    engine.add_request("good", PROMPT, GREEDY)
+    engine.add_request(Request("good", PROMPT, GREEDY))
     engine.step()
     with pytest.raises(InvalidRequestError) as info:
-        engine.add_request("bad", prompt, params)
+        engine.add_request(Request("bad", prompt, params))
     assert info.value.param == param
     assert info.value.message
     finals = run_to_completion(engine)
@@ -86,23 +87,23 @@ def test_bad_input_is_refused_and_the_engine_keeps_serving(
 
 def test_duplicate_request_id_is_refused(model_dir: Path, engines: EngineTracker) -> None:
     engine = engines.make(model_dir)
-    engine.add_request("same", PROMPT, GREEDY)
+    engine.add_request(Request("same", PROMPT, GREEDY))
     with pytest.raises(InvalidRequestError, match="already running"):
-        engine.add_request("same", PROMPT, GREEDY)
+        engine.add_request(Request("same", PROMPT, GREEDY))
 
 
 def test_abort_mid_generation_frees_blocks_at_once(model_dir: Path, engines: EngineTracker) -> None:
     engine = engines.make(model_dir)
     engine.add_request(
-        "long", PROMPT, SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True)
+        Request("long", PROMPT, SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True))
     )
-    engine.add_request("queued", PROMPT, GREEDY)
+    engine.add_request(Request("queued", PROMPT, GREEDY))
     for _ in range(5):
         engine.step()
     engine.abort("long")
     engine.abort("queued")
     engine.abort("unknown")  # a no-op, not an error
-    bm = engine.block_manager
+    bm = engine.scheduler.block_manager
     assert bm.num_free_blocks == bm.num_blocks  # freed by abort(), before any further step
     outputs = {o.request_id: o for o in engine.step()}
     assert outputs["long"].finished and outputs["long"].outputs[0].finish_reason == "abort"
@@ -125,7 +126,7 @@ def test_stop_token_id_ends_with_stop(model_dir: Path, engines: EngineTracker) -
 
 
 def _stream(engine: LLMEngine, rid: str, params: SamplingParams) -> tuple[str, RequestOutput]:
-    engine.add_request(rid, PROMPT, params)
+    engine.add_request(Request(rid, PROMPT, params))
     streamed = ""
     final = None
     while engine.has_unfinished():
@@ -179,8 +180,8 @@ def test_seeded_sampling_is_the_same_alone_and_batched(
     alone = _run_one(engine, PROMPT, params, "alone")
     others = random_prompts(5, 5, 60, seed=9)
     for i, prompt in enumerate(others):
-        engine.add_request(f"o{i}", prompt, SamplingParams(max_tokens=20, temperature=0.8))
-    engine.add_request("batched", PROMPT, params)
+        engine.add_request(Request(f"o{i}", prompt, SamplingParams(max_tokens=20, temperature=0.8)))
+    engine.add_request(Request("batched", PROMPT, params))
     batched = run_to_completion(engine)["batched"]
     assert [c.token_ids for c in batched.outputs] == [c.token_ids for c in alone.outputs]
     assert alone.outputs[0].token_ids != alone.outputs[1].token_ids  # choices differ (seed + i)
@@ -191,7 +192,9 @@ def test_metering_and_timestamps(model_dir: Path, engines: EngineTracker) -> Non
     prompts = random_prompts(6, 10, 90, seed=21)
     for i, prompt in enumerate(prompts):
         engine.add_request(
-            f"m{i}", prompt, SamplingParams(max_tokens=5 + i, temperature=0.0, ignore_eos=True)
+            Request(
+                f"m{i}", prompt, SamplingParams(max_tokens=5 + i, temperature=0.0, ignore_eos=True)
+            )
         )
     finals = run_to_completion(engine)
     total = sum(o.metrics.device_seconds for o in finals.values())
@@ -222,7 +225,9 @@ def test_metrics_are_observed(model_dir: Path, engines: EngineTracker) -> None:
     prompts = random_prompts(6, 60, 120, seed=31)
     for i, prompt in enumerate(prompts):
         engine.add_request(
-            f"p{i}", prompt, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+            Request(
+                f"p{i}", prompt, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+            )
         )
     run_to_completion(engine)
     labels = {"model": "tiny"}

@@ -45,6 +45,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.model_runner import ModelOutput, ModelRunner
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import SchedulerOutput
+from hydrant.engine.sequence import Request
 from hydrant.kernels.backend import triton_interpreter_enabled
 from hydrant.kernels.quantization import kv_cache_bytes
 
@@ -90,7 +91,7 @@ def _generate(
     runner.execute = recording
     try:
         for i, prompt in enumerate(prompts):
-            engine.add_request(f"{tag}{i}", prompt, replace(GREEDY, max_tokens=max_tokens))
+            engine.add_request(Request(f"{tag}{i}", prompt, replace(GREEDY, max_tokens=max_tokens)))
         finals = run_to_completion(engine)
     finally:
         del runner.execute
@@ -276,7 +277,7 @@ def test_prefix_cache_hits_and_preemption_do_not_change_int8_results(
     cached = engines.make(model_dir, kv_cache_dtype="int8")
     assert _generate(cached, shared[:1], tag="first")[0] == expected_shared[:1]
     for i, prompt in enumerate(shared[1:]):
-        cached.add_request(f"s{i}", prompt, GREEDY)
+        cached.add_request(Request(f"s{i}", prompt, GREEDY))
     finals = run_to_completion(cached)
     assert [finals[f"s{i}"].outputs[0].token_ids for i in range(5)] == expected_shared[1:]
     assert all(finals[f"s{i}"].metrics.cached_tokens >= 64 for i in range(5))
@@ -310,7 +311,7 @@ def test_copy_on_write_copies_the_scales(
     prompt = random_prompts(1, 37, 38, seed=5)[0]
     single = _generate(engine, [prompt])[0][0]
     copies = record_block_copies(engine)
-    engine.add_request("n3", prompt, SamplingParams(n=3, max_tokens=16, temperature=0.0))
+    engine.add_request(Request("n3", prompt, SamplingParams(n=3, max_tokens=16, temperature=0.0)))
     out = run_to_completion(engine)["n3"]
     assert sum(copies) == 2  # 37 tokens: the shared partial block is copied for two of the three
     assert all(list(c.token_ids) == single[:16] for c in out.outputs)

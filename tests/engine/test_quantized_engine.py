@@ -23,6 +23,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.model_runner import ModelOutput
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import SchedulerOutput
+from hydrant.engine.sequence import Request
 from hydrant.kernels.quantization import QuantizedLinear
 
 NEW_TOKENS = 24
@@ -39,7 +40,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def greedy_outputs(engine: LLMEngine, prompts: list[list[int]]) -> list[list[int]]:
     for i, prompt in enumerate(prompts):
-        engine.add_request(str(i), prompt, GREEDY)
+        engine.add_request(Request(str(i), prompt, GREEDY))
     finals = run_to_completion(engine)
     return [list(finals[str(i)].outputs[0].token_ids) for i in range(len(prompts))]
 

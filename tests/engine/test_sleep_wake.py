@@ -25,6 +25,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.model_runner import ModelRunner
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 from hydrant.engine.sleep_mode import EngineBusyError, EngineSleepingError
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
@@ -41,7 +42,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _greedy(engine: LLMEngine, prompts: list[list[int]], tag: str) -> dict[int, list[int]]:
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"{tag}{i}", prompt, GREEDY)
+        engine.add_request(Request(f"{tag}{i}", prompt, GREEDY))
     finals = run_to_completion(engine)
     return {i: list(finals[f"{tag}{i}"].outputs[0].token_ids) for i in range(len(prompts))}
 
@@ -58,7 +59,7 @@ def test_sleep_frees_kv_refuses_work_and_wake_restores_the_same_pool(
     runner = _runner(engine)
     prompts = random_prompts(3, 5, 40, seed=3)
     before = _greedy(engine, prompts, "a")
-    blocks, kv_bytes = engine.block_manager.num_blocks, runner.kv_cache_bytes
+    blocks, kv_bytes = engine.scheduler.block_manager.num_blocks, runner.kv_cache_bytes
     assert kv_bytes > 0
 
     engine.sleep()
@@ -67,14 +68,14 @@ def test_sleep_frees_kv_refuses_work_and_wake_restores_the_same_pool(
     stats = engine.stats()
     assert stats.num_total_blocks == 0 and stats.num_free_blocks == 0
     with pytest.raises(EngineSleepingError, match="asleep"):
-        engine.add_request("refused", [1, 2, 3], GREEDY)
+        engine.add_request(Request("refused", [1, 2, 3], GREEDY))
     assert not engine.has_unfinished()  # the refused request left no trace
     assert engine.step() == []
     engine.sleep()  # idempotent
 
     engine.wake()
     assert not engine.is_sleeping
-    assert engine.block_manager.num_blocks == blocks
+    assert engine.scheduler.block_manager.num_blocks == blocks
     assert runner.kv_cache_bytes == kv_bytes
     assert all(not k.any() and not v.any() for k, v in runner.kv_caches)  # a clean cache
     assert engine.stats().num_total_blocks == blocks
@@ -85,15 +86,15 @@ def test_sleep_frees_kv_refuses_work_and_wake_restores_the_same_pool(
 def test_wake_forgets_the_prefix_cache(model_dir: Path, engines: EngineTracker) -> None:
     engine = engines.make(model_dir)
     prompt = random_prompts(1, 70, 71, seed=8)[0]  # several full blocks
-    engine.add_request("first", prompt, GREEDY)
+    engine.add_request(Request("first", prompt, GREEDY))
     first = run_to_completion(engine)["first"]
-    engine.add_request("again", prompt, GREEDY)
+    engine.add_request(Request("again", prompt, GREEDY))
     again = run_to_completion(engine)["again"]
     assert again.metrics.cached_tokens > 0  # the prefix cache works before sleeping
 
     engine.sleep()
     engine.wake()
-    engine.add_request("after", prompt, GREEDY)
+    engine.add_request(Request("after", prompt, GREEDY))
     after = run_to_completion(engine)["after"]
     assert after.metrics.cached_tokens == 0  # the zeroed cache offers no stale prefix
     assert after.outputs[0].token_ids == first.outputs[0].token_ids
@@ -141,7 +142,7 @@ def test_sync_sleep_refuses_while_requests_are_unfinished(
     model_dir: Path, engines: EngineTracker
 ) -> None:
     engine = engines.make(model_dir)
-    engine.add_request("busy", [4, 5, 6], GREEDY)
+    engine.add_request(Request("busy", [4, 5, 6], GREEDY))
     with pytest.raises(EngineBusyError, match="unfinished"):
         engine.sleep()
     assert not engine.is_sleeping
@@ -179,7 +180,7 @@ async def test_async_sleep_waits_for_running_requests(
     prompts = random_prompts(3, 5, 30, seed=9)
     reference = engines.make(model_dir)
     for i, prompt in enumerate(prompts):
-        reference.add_request(str(i), prompt, LONG)
+        reference.add_request(Request(str(i), prompt, LONG))
     expected = {k: v.outputs[0].token_ids for k, v in run_to_completion(reference).items()}
 
     async with running(engine) as front:
@@ -187,7 +188,7 @@ async def test_async_sleep_waits_for_running_requests(
 
         async def stream(i: int) -> list[RequestOutput]:
             outputs = []
-            async for output in front.generate(str(i), prompts[i], LONG):
+            async for output in front.generate(Request(str(i), prompts[i], LONG)):
                 outputs.append(output)
                 first_output.set()
             return outputs
@@ -205,12 +206,12 @@ async def test_async_sleep_waits_for_running_requests(
         assert front.is_sleeping and engine.is_sleeping
         assert _runner(engine).kv_cache_bytes == 0
         with pytest.raises(EngineSleepingError):
-            await _collect(front.generate("late", [1, 2, 3], GREEDY))
+            await _collect(front.generate(Request("late", [1, 2, 3], GREEDY)))
         await front.sleep()  # idempotent
 
         await front.wake()
         assert not front.is_sleeping and not engine.is_sleeping
-        again = await _collect(front.generate("0-again", prompts[0], LONG))
+        again = await _collect(front.generate(Request("0-again", prompts[0], LONG)))
         assert again[-1].outputs[0].token_ids == expected["0"]
         await front.wake()  # idempotent
     assert_no_kv_leak(engine)
@@ -225,7 +226,7 @@ async def test_cancelled_sleep_keeps_the_engine_serving(
 
         async def stream() -> list[RequestOutput]:
             outputs = []
-            async for output in front.generate("long", [7, 8, 9], LONG):
+            async for output in front.generate(Request("long", [7, 8, 9], LONG)):
                 outputs.append(output)
                 started.set()
             return outputs
@@ -240,7 +241,7 @@ async def test_cancelled_sleep_keeps_the_engine_serving(
             await sleeper
         assert not front.is_sleeping and not engine.is_sleeping
         assert (await task)[-1].finished
-        assert (await _collect(front.generate("next", [1, 2], GREEDY)))[-1].finished
+        assert (await _collect(front.generate(Request("next", [1, 2], GREEDY))))[-1].finished
 
 
 def test_load_is_logged_as_one_structured_record(
@@ -307,4 +308,4 @@ async def test_sleep_cancelled_while_the_engine_thread_sleeps_stays_consistent(
         assert engine.is_sleeping
         await front.wake()
         assert not front.is_sleeping
-        assert (await _collect(front.generate("after", [1, 2], GREEDY)))[-1].finished
+        assert (await _collect(front.generate(Request("after", [1, 2], GREEDY))))[-1].finished

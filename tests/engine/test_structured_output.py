@@ -27,6 +27,7 @@ from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.output_constraints import MAX_SPEC_BYTES, canonical_schema, constraint_error
 from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
 from hydrant.engine.structured_output import Guide, GuideFactory, apply_masks
 from hydrant.engine.tokenizer import Tokenizer
 
@@ -199,7 +200,7 @@ def test_greedy_output_is_the_best_allowed_token_at_every_step(
 ) -> None:
     engine = engines.make(model_dir)
     prompt = _prompt(engine, "Rate the river in JSON:")
-    engine.add_request("g", prompt, _greedy())
+    engine.add_request(Request("g", prompt, _greedy()))
     output = run_to_completion(engine)["g"].outputs[0]
     assert output.finish_reason == "stop"
     _check(output.text)
@@ -223,7 +224,7 @@ def test_greedy_output_is_the_best_allowed_token_at_every_step(
         assert row[0, token].item() == pytest.approx(best, abs=1e-3), (j, token)
         assert parser.accept(token)
     # Unconstrained, the same model writes no JSON at all: the mask did the work.
-    engine.add_request("free", prompt, SamplingParams(max_tokens=20, temperature=0.0))
+    engine.add_request(Request("free", prompt, SamplingParams(max_tokens=20, temperature=0.0)))
     free = run_to_completion(engine)["free"].outputs[0].text
     with pytest.raises(ValueError):
         json.loads(free)
@@ -236,14 +237,16 @@ def test_outputs_validate_alone_batched_forked_and_preempted(
     prompts = [_prompt(engine, f"Case {i}: rate it in JSON.") for i in range(6)]
     alone = []
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"alone-{i}", prompt, _greedy())
+        engine.add_request(Request(f"alone-{i}", prompt, _greedy()))
         alone.append(run_to_completion(engine)[f"alone-{i}"].outputs[0].text)
     for text in alone:
         _check(text)
     # Batched with free-text and sampled, forked requests: greedy answers do not move.
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"batch-{i}", prompt, _greedy())
-        engine.add_request(f"free-{i}", prompt, SamplingParams(max_tokens=30, temperature=0.8))
+        engine.add_request(Request(f"batch-{i}", prompt, _greedy()))
+        engine.add_request(
+            Request(f"free-{i}", prompt, SamplingParams(max_tokens=30, temperature=0.8))
+        )
     sampled = SamplingParams(
         max_tokens=MAX_TOKENS,
         temperature=1.0,
@@ -252,7 +255,7 @@ def test_outputs_validate_alone_batched_forked_and_preempted(
         seed=5,
         structured_output=("json", SCHEMA_TEXT),
     )
-    engine.add_request("sampled", prompts[0], sampled)
+    engine.add_request(Request("sampled", prompts[0], sampled))
     finals = run_to_completion(engine)
     assert [finals[f"batch-{i}"].outputs[0].text for i in range(6)] == alone
     choices = [c.text for c in finals["sampled"].outputs]
@@ -262,7 +265,7 @@ def test_outputs_validate_alone_batched_forked_and_preempted(
     # A KV cache so small that sequences are preempted and recomputed mid-object.
     tight = engines.make(model_dir, num_gpu_blocks=64, block_size=4)
     for i, prompt in enumerate(prompts):
-        tight.add_request(f"tight-{i}", prompt, _greedy())
+        tight.add_request(Request(f"tight-{i}", prompt, _greedy()))
     squeezed = run_to_completion(tight)
     assert tight.scheduler.num_preemptions > 0
     assert [squeezed[f"tight-{i}"].outputs[0].text for i in range(6)] == alone
@@ -287,8 +290,8 @@ def test_regex_choice_and_grammar_constrain_greedy_and_sampled_output(
     sampled = SamplingParams(
         max_tokens=40, temperature=1.0, n=6, seed=2, structured_output=(kind, spec)
     )
-    engine.add_request("greedy", prompt, greedy)
-    engine.add_request("sampled", prompt, sampled)
+    engine.add_request(Request("greedy", prompt, greedy))
+    engine.add_request(Request("sampled", prompt, sampled))
     finals = run_to_completion(engine)
     outputs = [*finals["greedy"].outputs, *finals["sampled"].outputs]
     for output in outputs:
@@ -305,12 +308,14 @@ def test_a_constraint_can_wait_for_the_end_of_thinking(
     engine = engines.make(model_dir)
     assert engine.tokenizer is not None
     prompt = _prompt(engine, "Think, then answer:")
-    engine.add_request("free", prompt, SamplingParams(max_tokens=12, temperature=0.0))
+    engine.add_request(Request("free", prompt, SamplingParams(max_tokens=12, temperature=0.0)))
     free = run_to_completion(engine)["free"].outputs[0].token_ids
     at = next(i for i in range(2, len(free)) if free[i] not in free[:i])
     marker = free[at]
     for request_id, n in (("one", 1), ("forked", 3)):
-        engine.add_request(request_id, prompt, _greedy(n=n, structured_output_after=marker))
+        engine.add_request(
+            Request(request_id, prompt, _greedy(n=n, structured_output_after=marker))
+        )
     finals = run_to_completion(engine)
     for output in [*finals["one"].outputs, *finals["forked"].outputs]:
         assert output.token_ids[: at + 1] == free[: at + 1]  # free until the marker
@@ -323,7 +328,7 @@ def test_a_constraint_can_wait_for_the_end_of_thinking(
         structured_output=("json", SCHEMA_TEXT),
         structured_output_after=absent,
     )
-    engine.add_request("never", prompt, waiting)
+    engine.add_request(Request("never", prompt, waiting))
     assert run_to_completion(engine)["never"].outputs[0].token_ids == free
     for bad in (-1, 10**6):
         with pytest.raises(InvalidRequestError) as refused:
@@ -364,9 +369,9 @@ async def test_the_async_front_refuses_a_bad_schema_and_serves_a_good_one(
     async with running(engine) as front:
         bad = SamplingParams(max_tokens=20, structured_output=("json", '{"type": "nonsense"}'))
         with pytest.raises(InvalidRequestError) as info:
-            [o async for o in front.generate("bad", prompt, bad)]
+            [o async for o in front.generate(Request("bad", prompt, bad))]
         assert info.value.param == "response_format"
-        outputs = [o async for o in front.generate("good", prompt, _greedy())]
+        outputs = [o async for o in front.generate(Request("good", prompt, _greedy()))]
     assert outputs[-1].finished and outputs[-1].outputs[0].finish_reason == "stop"
     _check(outputs[-1].outputs[0].text)
 
@@ -379,5 +384,5 @@ def test_a_schema_needs_a_tokenizer(
     (bare / "tokenizer.json").unlink()
     engine = engines.make(bare)
     with pytest.raises(InvalidRequestError) as info:
-        engine.add_request("x", [5, 6, 7], _greedy())
+        engine.add_request(Request("x", [5, 6, 7], _greedy()))
     assert info.value.param == "response_format"

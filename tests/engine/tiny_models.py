@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.demo_model import write_demo_tokenizer
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.llm_engine import LLMEngine
@@ -30,7 +29,7 @@ from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import Scheduler, SchedulerOutput
-from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, RequestTimes, Sequence
+from hydrant.engine.sequence import Request, RequestTimes, Sequence
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -152,7 +151,7 @@ def hf_greedy(model: PreTrainedModel, prompt: list[int], max_new_tokens: int) ->
 
 def assert_no_kv_leak(engine: LLMEngine) -> None:
     """Every block back in the pool and no reference left: nothing leaked."""
-    bm = engine.block_manager
+    bm = engine.scheduler.block_manager
     assert not engine.has_unfinished(), "engine still has requests"
     assert bm.num_free_blocks == bm.num_blocks, (
         f"{bm.num_blocks - bm.num_free_blocks} KV blocks leaked"
@@ -184,7 +183,7 @@ def run_batch(
     request, by i (request ids are fresh on every call, so one engine serves many)."""
     tag = f"b{next(_batch_ids)}-"
     for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
-        engine.add_request(f"{tag}{i}", prompt, p)
+        engine.add_request(Request(f"{tag}{i}", prompt, p))
     seen: dict[str, list[RequestOutput]] = {}
     while engine.has_unfinished():
         for output in engine.step():
@@ -243,8 +242,8 @@ class SchedulerSim:
     def __init__(self, num_blocks: int = 400, **config: int) -> None:
         settings = {"max_num_seqs": 8, "max_num_batched_tokens": 64, "short_lane_tokens": 64}
         self.config = EngineConfig(**{**settings, **config})
-        self.bm = BlockManager(num_blocks, self.config.block_size, enable_prefix_caching=True)
-        self.scheduler = Scheduler(self.config, self.bm)
+        self.scheduler = Scheduler(self.config, num_blocks)
+        self.bm = self.scheduler.block_manager
         self.clock = 0.0
 
     def submit(
@@ -260,9 +259,7 @@ class SchedulerSim:
             tenant_id=tenant,
             tenant_weight=weight,
             priority=priority,
-            lane=LONG_LANE if prompt >= self.config.long_prompt_threshold else SHORT_LANE,
             times=RequestTimes(self.clock),
-            cache_salt=tenant.encode(),
         )
         request.seqs.append(Sequence(request, 0, None))
         self.scheduler.add_request(request)

@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 
 from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.sampling_params import SamplingParams
-from hydrant.engine.sequence import SHORT_LANE, Request, RequestTimes, Sequence
+from hydrant.engine.sequence import Request, RequestTimes, Sequence
 
 BS = 4
 # Few distinct tokens and two tenants: prompts often share prefixes, so prefix hits happen.
@@ -43,10 +43,9 @@ def _sequence(prompt: list[int], salt: bytes) -> Sequence:
         tenant_id=salt.decode(),
         tenant_weight=1.0,
         priority=0,
-        lane=SHORT_LANE,
         times=RequestTimes(0.0),
-        cache_salt=salt,
     )
+    request.cache_salt = salt  # what the scheduler sets on admission
     seq = Sequence(request, 0, None)
     request.seqs.append(seq)
     return seq
