@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from hydrant.kernels import ops
-from hydrant.kernels.backend import Backend
+from hydrant.kernels.backends import BackendName
 from hydrant.kernels.errors import KernelArgumentError
 
 
@@ -45,7 +45,7 @@ class PagedLlama:
         block_size: int = 16,
         kv_cache_dtype: torch.dtype | str = torch.float32,
         max_tokens: int = 1024,
-        backend: Backend | None = None,
+        backend: BackendName | None = None,
         seed: int = 0,
     ) -> None:
         config = model.config

@@ -31,6 +31,7 @@ from hydrant.kernels.accuracy.metrics import next_token_metrics
 from hydrant.kernels.accuracy.paged_llama import PagedLlama
 from hydrant.kernels.accuracy.synthetic import apply_realistic_weights
 from hydrant.kernels.quantization import QuantizedLinear, quantize_model
+from hydrant.kernels.triton_backend import TRITON
 
 LLAMA3 = {
     "rope_type": "llama3",
@@ -130,6 +131,6 @@ def test_triton_ops_compose_into_the_same_forward() -> None:
 
 
 def _pin_triton(module: torch.nn.Module) -> None:
-    """QuantizedLinear dispatches through ops with no backend argument: pin it per module."""
+    """QuantizedLinear runs the row it is bound to (by default its device's): pin Triton."""
     if isinstance(module, QuantizedLinear):
-        module.backend = "triton"
+        module.backend = TRITON
