@@ -31,7 +31,8 @@ The rest of `hydrant.kernels`:
 - `arguments`, `errors`, `triton_support`: checks, errors, Triton helpers;
 - `rope_cache`, `int4_layout`: the rope table and the packed INT4 layout;
 - `quantization`: `quantize_model`, `QuantizedLinear`, quantized checkpoints;
-- `accuracy`: the quantization accuracy gates (tests and `bench/quant_accuracy.py`).
+- `accuracy`: metrics and synthetic weights of the quantization gates (the
+  gates themselves run the engine: `hydrant.engine.accuracy`).
 
 The folder has no `__init__.py`, like `platform/`: `kernels` is also the import
 name of Hugging Face's `kernels` distribution (transformers >= 5 installs it and
