@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hydrant.engine.accuracy.scoring import blocks_needed, build_runner, teacher_forced_logits
+from hydrant.engine.accuracy.scoring import build_runner, teacher_forced_logits
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.model_runner import ModelRunner
 from hydrant.kernels.accuracy.metrics import NextTokenMetrics, mean_entropy, next_token_metrics
@@ -137,11 +137,10 @@ def fixed_prompts(seed: int, count: int = PROMPTS, length: int = PROMPT_LEN) -> 
 
 def engine_config(backend: str, **options: Any) -> EngineConfig:
     """The engine settings every gate runs with: the backend, a cache that fits the prompts."""
-    blocks = blocks_needed(fixed_prompts(0), BLOCK_SIZE)
     return EngineConfig(
         kernels=backend,
         block_size=BLOCK_SIZE,
-        num_gpu_blocks=blocks,
+        num_gpu_blocks=PROMPTS * -(-PROMPT_LEN // BLOCK_SIZE),
         max_model_len=PROMPT_LEN,
         show_progress=False,
         **options,

@@ -143,10 +143,9 @@ def cpu_backend(dtype: torch.dtype, *, require_native: bool = False) -> KernelBa
     """The variant for a model computing in `dtype`: NATIVE in float32 when the C kernel
     builds (building it on first call), PLANNED otherwise. `require_native` refuses a
     machine where it cannot build (the failure is logged), whatever the dtype."""
-    built = native_decode.available()
-    if require_native and not built:
+    if require_native and not native_decode.available():
         raise KernelBackendError(
             "the cpu backend's C decode attention could not be built (the build failure is "
             "logged); it needs a C compiler (cc/gcc, or CC)"
         )
-    return NATIVE if dtype == torch.float32 and built else PLANNED
+    return NATIVE if dtype == torch.float32 and native_decode.available() else PLANNED
