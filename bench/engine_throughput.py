@@ -34,12 +34,12 @@ from typing import Any
 
 import torch
 
-from hydrant.engine.cpu_linear import onednn_available, onednn_linear
 from hydrant.engine.demo_model import write_demo_model
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.sequence import Request as EngineRequest
+from hydrant.kernels.cpu.linear import onednn_available, onednn_linear
 
 SEED = 20240601
 SHAPE_100M: dict[str, Any] = {

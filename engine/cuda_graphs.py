@@ -8,7 +8,7 @@ addresses and shapes, so the step's inputs are copied into static buffers of
 the largest batch, and a batch of `n` replays the graph of the smallest
 captured size `>= n`; the rows past `n` are padding:
 
-- slot -1: the KV write skips it (`hydrant.kernels.ops.write_kv`), so padding
+- slot -1: the KV write skips it (every backend's `write_kv`), so padding
   never touches the cache;
 - context length 1 over block 0: every decode kernel reads one valid token
   (the Triton kernel also accepts 0; 1 is safe for any kernel);
@@ -19,10 +19,11 @@ kernel picks its context split count from the table width (a shape), so one
 graph per batch size replays correctly for any context lengths.
 
 What a graph needs from the forward, checked in the Triton launchers
-(`hydrant.kernels.ops` says so too): no host sync, no allocation sized by a
-device value, shapes that depend only on the batch size. The torch ops
-(`engine/ops.py` TORCH_OPS) build a per-step decode plan on the host and
-cannot be captured, so graphs run only with the Triton kernel ops.
+(`hydrant.kernels.triton_backend` says so too): no host sync, no allocation
+sized by a device value, shapes that depend only on the batch size. A kernel
+backend declares it with the `graph_capture` feature; only `triton` does (the
+`cpu` one plans decode on the host, the references read lengths back), so
+graphs run only with the Triton kernels.
 
 Graphs hold the KV cache's and the weights' addresses: they are captured
 right after the cache is allocated and dropped when the runner sleeps (the
@@ -45,7 +46,7 @@ from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.kv_cache import KVCaches
 from hydrant.engine.load_report import timed_phase
 from hydrant.engine.model import LlamaForCausalLM
-from hydrant.kernels.backend import resolve_backend
+from hydrant.kernels.table import KernelBackend
 
 logger = logging.getLogger(__name__)
 
@@ -77,16 +78,19 @@ def bucket_for(n: int, sizes: list[int]) -> int | None:
     return sizes[i] if i < len(sizes) else None
 
 
-def graphs_unsupported(config: EngineConfig, device: torch.device, ops_name: str) -> str | None:
+def graphs_unsupported(
+    config: EngineConfig, device: torch.device, kernels: KernelBackend
+) -> str | None:
     """Why this runner cannot use decode graphs (for the log), or None when it can."""
     if device.type != "cuda":
         return f"device is {device.type}"
     if config.enforce_eager:
         return "enforce_eager is set"
-    if ops_name == "torch":
-        return "the torch ops plan decode attention on the host (kernels='torch')"
-    if resolve_backend(None, device) != "triton":
-        return "the kernel backend is not Triton (HYDRANT_KERNELS)"
+    if not kernels.has("graph_capture"):
+        return (
+            f"the {kernels.name} kernels ({kernels.detail}) cannot be captured in a graph "
+            "(only the Triton ones can)"
+        )
     return None
 
 
@@ -206,11 +210,12 @@ def capture_decode_graphs(
     max_model_len: int,
     device: torch.device,
 ) -> DecodeGraphs | None:
-    """Decode graphs for this cache, or None (CPU, `enforce_eager`, torch ops, failed capture).
+    """Decode graphs for this cache, or None (CPU, `enforce_eager`, a backend without
+    `graph_capture`, failed capture).
 
     A failed capture is logged and the runner stays eager: slower, never wrong.
     """
-    reason = graphs_unsupported(config, device, model.ops.name)
+    reason = graphs_unsupported(config, device, model.ops)
     if reason is not None:
         if device.type == "cuda":
             logger.info("decode CUDA graphs off: %s", reason)

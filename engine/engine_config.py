@@ -21,6 +21,10 @@ _DTYPES: dict[str, torch.dtype] = {
 }
 
 
+KERNEL_CHOICES = ("auto", "cpu", "reference", "triton")
+OLD_KERNEL_NAMES = ("torch", "native", "hydrant")  # mapped by engine/ops.py
+
+
 class EngineConfigError(EngineError):
     """A setting that makes no sense (a zero block size, a fraction above one)."""
 
@@ -39,10 +43,13 @@ class EngineConfig:
     that other processes will not take); on CUDA the budget is measured after
     a profiling forward pass and scaled by `gpu_memory_utilization`.
     `num_gpu_blocks` overrides both (tests use it to force preemption).
-    `kernels` picks the op implementations (engine/ops.py): "auto" runs the
-    Triton kernels on CUDA and the engine's torch versions on CPU, with decode
-    attention from the native C kernel in float32 ("native" insists on it,
-    "torch" is pure PyTorch).
+    `kernels` names the row of the kernel table the engine runs, chosen once
+    at build (engine/ops.py): "auto" runs the Triton kernels on CUDA and the
+    `cpu` backend on the CPU (C decode attention and oneDNN linears in
+    float32); "cpu" insists on the C kernel, "reference" runs the PyTorch
+    references, "triton" the Triton kernels. The names of before the table
+    still work: "torch" is "reference", "native" is "cpu", "hydrant" is
+    "triton" on CUDA and "reference" elsewhere.
     `dtype="auto"` means the checkpoint's dtype on CUDA and float32 on CPU,
     where half-precision matmuls are slow or missing.
     `quantization` quantizes the float weights after loading (weight-only,
@@ -101,9 +108,10 @@ class EngineConfig:
             )
         if self.max_model_len is not None and self.max_model_len < 1:
             raise EngineConfigError(f"max_model_len must be >= 1, got {self.max_model_len}")
-        if self.kernels not in ("auto", "torch", "native", "hydrant"):
+        if self.kernels not in KERNEL_CHOICES + OLD_KERNEL_NAMES:
             raise EngineConfigError(
-                f"kernels must be 'auto', 'torch', 'native' or 'hydrant', got {self.kernels!r}"
+                f"kernels must be one of {', '.join(map(repr, KERNEL_CHOICES))} (or an old name: "
+                f"{', '.join(map(repr, OLD_KERNEL_NAMES))}), got {self.kernels!r}"
             )
         if self.quantization not in (None, "int8", "int4"):
             raise EngineConfigError(

@@ -34,9 +34,10 @@ from hydrant.engine.config import ModelConfig
 from hydrant.engine.errors import MissingWeightError, ModelLoadError
 from hydrant.engine.load_report import timed_phase
 from hydrant.engine.model import LlamaForCausalLM
-from hydrant.engine.ops import TORCH_OPS, KernelOps
 from hydrant.engine.page_cache import advise_willneed
 from hydrant.engine.safetensors_reader import SafetensorsFile, TensorEntry
+from hydrant.kernels.reference_backend import REFERENCE
+from hydrant.kernels.table import KernelBackend
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def load_model(
     dtype: torch.dtype,
     max_position: int,
     show_progress: bool = True,
-    ops: KernelOps = TORCH_OPS,
+    ops: KernelBackend = REFERENCE,
 ) -> LlamaForCausalLM:
     """Build on `meta`, fill from the checkpoint by memory map, return in eval mode."""
     with timed_phase("build_meta"), torch.device("meta"):

@@ -11,36 +11,35 @@ matmuls a decode step launches.
 
 Parameters are named like transformers' modules (`model.layers.0.mlp...`),
 fused ones excepted, so the loader's name mapping stays a short table. The
-elementwise and attention ops come from a `KernelOps` value (engine/ops.py):
-the engine's torch versions on CPU, the Triton kernels on CUDA.
+elementwise and attention ops come from one row of the kernel table
+(`hydrant.kernels.backends`), chosen by the engine at build (engine/ops.py):
+the `cpu` backend on the CPU, `triton` on CUDA, `reference` when asked.
 
 An int8 KV cache (`EngineConfig.kv_cache_dtype="int8"`: a layer's cache then
-also holds per-token, per-head K/V scales) always goes through
-`hydrant.kernels.ops`, the one implementation that quantizes on write and
-dequantizes inside attention: the PyTorch references on CPU, Triton on CUDA.
-Both caches take the same write/decode/prefill calls; the int8 one adds the
-scales as keyword arguments.
+also holds per-token, per-head K/V scales) takes the same write/decode/prefill
+calls of the same row, with the scales as keyword arguments (the row's
+`kv_int8` feature). A step whose metadata carries a decode plan (a
+`planned_decode` row's, built once per step by the runner) attends over it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hydrant.engine.attention import AttentionMetadata, planned_decode_attention
+from hydrant.engine.attention import AttentionMetadata
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.kv_cache import KVCache
-from hydrant.engine.layers import build_rope_cache
-from hydrant.engine.ops import TORCH_OPS, KernelOps
-from hydrant.kernels import ops as kernel_ops
+from hydrant.kernels.reference_backend import REFERENCE
+from hydrant.kernels.rope_cache import build_rope_cache
+from hydrant.kernels.table import KernelBackend
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float, ops: KernelOps) -> None:
+    def __init__(self, hidden_size: int, eps: float, ops: KernelBackend) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
@@ -53,7 +52,7 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelBackend) -> None:
         super().__init__()
         self.ops = ops
         self.num_heads = config.num_attention_heads
@@ -89,21 +88,18 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q = self.q_norm(q.reshape(-1, self.head_dim))[0].view_as(q)
             k = self.k_norm(k.reshape(-1, self.head_dim))[0].view_as(k)
-        q, k = self.ops.rotary_embedding(positions, q, k, cos_sin_cache)
-        ops: KernelOps | ModuleType = self.ops
+        ops = self.ops
+        q, k = ops.rotary_embedding(positions, q, k, cos_sin_cache)
         scales: dict[str, torch.Tensor] = {}
-        if len(kv_cache) == 4:  # int8 codes + float32 scales: only hydrant.kernels.ops reads them
+        if len(kv_cache) == 4:  # int8 codes + float32 scales (the backend's kv_int8 feature)
             k_cache, v_cache, scales["k_scale"], scales["v_scale"] = kv_cache
-            ops = kernel_ops
         else:
             k_cache, v_cache = kv_cache
         ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping, **scales)
         n_dec = meta.num_decode_tokens
         parts = []
-        if n_dec > 0 and meta.decode_plan is not None:  # the torch ops' float path only
-            parts.append(
-                planned_decode_attention(q[:n_dec], k_cache, v_cache, meta.decode_plan, self.scale)
-            )
+        if n_dec > 0 and meta.decode_plan is not None:  # a planned_decode backend, float cache
+            parts.append(ops.planned()(q[:n_dec], k_cache, v_cache, meta.decode_plan, self.scale))
         elif n_dec > 0:
             parts.append(
                 ops.paged_decode_attention(
@@ -135,7 +131,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelBackend) -> None:
         super().__init__()
         self.ops = ops
         inter = config.intermediate_size
@@ -147,7 +143,7 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelBackend) -> None:
         super().__init__()
         self.self_attn = Attention(config, ops)
         self.mlp = MLP(config, ops)
@@ -170,7 +166,7 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelBackend) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
@@ -186,7 +182,7 @@ class LlamaForCausalLM(nn.Module):
     each sequence whose chunk completes it), not for every prefill token.
     """
 
-    def __init__(self, config: ModelConfig, ops: KernelOps = TORCH_OPS) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelBackend = REFERENCE) -> None:
         super().__init__()
         self.config = config
         self.ops = ops
@@ -195,7 +191,7 @@ class LlamaForCausalLM(nn.Module):
         if not config.tie_word_embeddings and not config.embedding_only:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.cos_sin_cache: torch.Tensor | None = None
-        # the LM head's matmul; engine/cpu_linear.py swaps in oneDNN on the CPU
+        # the LM head's matmul; a fast_linears backend swaps in its own (engine/ops.py)
         self.head_linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear
 
     def init_rope(self, max_position: int) -> None:

@@ -20,14 +20,8 @@ from pathlib import Path
 
 import torch
 
-from hydrant.engine.attention import AttentionMetadata, free_pad_tokens, plan_decode
+from hydrant.engine.attention import AttentionMetadata, DecodePlanner, build_metadata
 from hydrant.engine.config import ModelConfig
-from hydrant.engine.cpu_linear import (
-    onednn_available,
-    onednn_linear,
-    use_onednn_linears,
-    worth_onednn,
-)
 from hydrant.engine.cuda_graphs import DecodeGraphs, capture_decode_graphs
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.kv_cache import (
@@ -42,7 +36,7 @@ from hydrant.engine.kv_cache import (
 )
 from hydrant.engine.load_report import timed_phase
 from hydrant.engine.model import LlamaForCausalLM
-from hydrant.engine.ops import TORCH_OPS, select_ops
+from hydrant.engine.ops import bind_linears, select_backend
 from hydrant.engine.quantized_weights import load_engine_model
 from hydrant.engine.sampler import TokenLogprob, score_tokens
 from hydrant.engine.scheduler import ScheduledSeq, SchedulerOutput
@@ -119,10 +113,18 @@ class ModelRunner:
         self.dtype = dtype
         self.device = torch.device(config.device)
         self.block_size = config.block_size
-        self._free_pad = free_pad_tokens(
-            model_config.num_key_value_heads, model_config.head_dim, dtype
-        )
         self.kv_dtype = kv_storage_dtype(config, dtype)
+        # a `planned_decode` backend plans each step's decode gathers once, for every layer
+        self.decode_planner: DecodePlanner | None = None
+        kernels = model.ops
+        if kernels.has("planned_decode") and not self.kv_int8:
+            self.decode_planner = kernels.planner()(
+                self.block_size,
+                model_config.num_key_value_heads,
+                model_config.head_dim,
+                dtype,
+                self.device,
+            )
         peak = None
         if self.device.type == "cuda":
             with timed_phase("profile"):
@@ -208,17 +210,10 @@ class ModelRunner:
         cls, model_dir: Path, model_config: ModelConfig, config: EngineConfig, max_model_len: int
     ) -> ModelRunner:
         dtype = config.torch_dtype(model_config.checkpoint_dtype)
-        ops = select_ops(config.kernels, torch.device(config.device), dtype)
-        model = load_engine_model(model_dir, model_config, config, dtype, max_model_len, ops)
-        if ops.onednn_linear:
-            use_onednn_linears(model)
-            if (
-                not model_config.embedding_only
-                and onednn_available()
-                and worth_onednn(model.head_weight())
-            ):
-                model.head_linear = onednn_linear
-        logger.info("model ops: %s", ops.name)
+        kernels = select_backend(config, dtype)
+        model = load_engine_model(model_dir, model_config, config, dtype, max_model_len, kernels)
+        bind_linears(model, kernels)
+        logger.info("model ops: %s (%s)", kernels.name, kernels.detail)
         return cls(model, model_config, config, max_model_len, dtype)
 
     @torch.inference_mode()
@@ -302,7 +297,6 @@ class ModelRunner:
         scored: list[PromptRows] = []
         pooled: list[PoolRows] = []
         cu = [0]
-        max_q = 0
         for item in items:
             seq, start, n = item.seq, item.start, item.num_new_tokens
             end = start + n
@@ -328,7 +322,6 @@ class ModelRunner:
                 pre_tables.append(table)
                 pre_ctx.append(end)
                 cu.append(cu[-1] + n)
-                max_q = max(max_q, n)
             if seq.request.params.embed:
                 part = self._pool_rows(seq, len(ids) - n, start, end)
                 if part is not None:
@@ -336,20 +329,16 @@ class ModelRunner:
             elif end == seq.num_tokens:
                 sample_idx.append(len(ids) - 1)
                 sample_seqs.append(seq)
-        meta = AttentionMetadata(
-            slot_mapping=self._tensor(slots, torch.long),
-            num_decode_tokens=len(dec_ctx),
-            decode_block_tables=self._table(dec_tables, dec_ctx),
-            decode_context_lens=self._tensor(dec_ctx, torch.int32),
-            prefill_block_tables=self._table(pre_tables, pre_ctx),
-            prefill_cu_seqlens_q=self._tensor(cu, torch.int32),
-            prefill_context_lens=self._tensor(pre_ctx, torch.int32),
-            prefill_max_q_len=max_q,
-            decode_plan=(
-                plan_decode(dec_tables, dec_ctx, bs, self.device, self._free_pad)
-                if dec_ctx and self.model.ops is TORCH_OPS and not self.kv_int8
-                else None
-            ),
+        meta = build_metadata(
+            slots,
+            dec_tables,
+            dec_ctx,
+            pre_tables,
+            pre_ctx,
+            cu,
+            bs,
+            self.device,
+            self.decode_planner,
         )
         return StepBatch(
             self._tensor(ids, torch.long),
@@ -363,14 +352,6 @@ class ModelRunner:
 
     def _tensor(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
-
-    def _table(self, tables: list[list[int]], ctx: list[int]) -> torch.Tensor:
-        """Block tables cut to the blocks the contexts use, padded with block 0 (masked)."""
-        if not tables:
-            return torch.zeros((0, 1), dtype=torch.int32, device=self.device)
-        width = -(-max(ctx) // self.block_size)
-        rows = [t[:width] + [0] * (width - min(len(t), width)) for t in tables]
-        return self._tensor(rows, torch.int32)  # type: ignore[arg-type]
 
     def _profile_peak_bytes(self) -> int:
         """Peak CUDA memory of the largest step, run once on a throwaway KV cache."""

@@ -1,105 +1,88 @@
-"""Which implementation of the model's kernels a model instance calls.
+"""Which row of the kernel table (`hydrant.kernels.backends`) an engine runs: chosen once, at build.
 
-The engine's own pure-torch versions (attention.py, layers.py) and the
-Triton kernels of `hydrant.kernels.ops` share one set of signatures, so the
-choice is a value passed to the model at build time, not an import: CUDA
-runs the Triton kernels, CPU the torch versions (tuned for the CPU: no
-argument re-validation per call, batched decode gathers), with decode
-attention from the native CPU kernel (cpu_kernels.py) when it builds and the
-model runs in float32 (`kernels="native"` requires it, `"torch"` never uses
-it). `kernels="hydrant"`
-forces `hydrant.kernels.ops` on any device; on CPU it runs the kernel
-package's references, which is how the integration is tested without a GPU.
+`EngineConfig.kernels` names it:
+
+- "auto" (the default): `triton` on CUDA; on the CPU the `cpu` backend (C
+  decode attention and oneDNN linears in float32, falling back to its PyTorch
+  planned decode, logged once, when the C kernel cannot be built);
+- "cpu": the same on the CPU, but it insists on the C kernel;
+- "reference": the PyTorch references on any device (slow, the ground truth);
+- "triton": the Triton kernels (CUDA; on the CPU only under `TRITON_INTERPRET=1`,
+  which is how the tests run them through the engine).
+
+The names of before the table still work: "torch" (the pure PyTorch path) is
+"reference", "native" (which insisted on the C kernel) is "cpu", and
+"hydrant" (the kernel package's own choice) is "triton" on CUDA and
+"reference" elsewhere. The model then calls the chosen row's ops, the int8
+KV cache and planned decode included (features the row declares); nothing
+chooses again per call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+import importlib.util
+from typing import TYPE_CHECKING
 
 import torch
 
-from hydrant.engine import attention, cpu_kernels, layers
-from hydrant.engine.engine_config import EngineConfigError
+from hydrant.engine.engine_config import EngineConfig, EngineConfigError
+from hydrant.kernels.backends import get_backend
+from hydrant.kernels.cpu.backend import cpu_backend
+from hydrant.kernels.errors import KernelBackendError
+from hydrant.kernels.quantization import QuantizedLinear
+from hydrant.kernels.table import KernelBackend
+from hydrant.kernels.triton_backend import triton_interpreter_enabled
+
+if TYPE_CHECKING:
+    from hydrant.engine.model import LlamaForCausalLM
+
+LEGACY_NAMES = {"torch": "reference", "native": "cpu"}  # "hydrant" depends on the device
 
 
-@dataclass(frozen=True)
-class KernelOps:
-    name: str
-    write_kv: Callable[..., None]
-    paged_decode_attention: Callable[..., torch.Tensor]
-    paged_prefill_attention: Callable[..., torch.Tensor]
-    rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
-    rotary_embedding: Callable[..., tuple[torch.Tensor, torch.Tensor]]
-    silu_and_mul: Callable[..., torch.Tensor]
-    onednn_linear: bool = False  # float32 CPU linears through oneDNN (engine/cpu_linear.py)
+def select_backend(config: EngineConfig, dtype: torch.dtype) -> KernelBackend:
+    """The row `config.kernels` names for `config.device` and a model computing in `dtype`;
+    `EngineConfigError` when it cannot run there or lacks a feature the config asks for."""
+    device = torch.device(config.device)
+    choice = config.kernels
+    name = LEGACY_NAMES.get(choice, choice)
+    if name == "hydrant":
+        name = "triton" if device.type == "cuda" else "reference"
+    if name == "auto":
+        backend = get_backend("triton" if device.type == "cuda" else "cpu", dtype)
+    elif name == "cpu":
+        if device.type != "cpu":
+            raise EngineConfigError(f"kernels={choice!r} runs on the CPU, not on {device}")
+        try:
+            backend = cpu_backend(dtype, require_native=True)
+        except KernelBackendError as exc:
+            raise EngineConfigError(f"kernels={choice!r}: {exc}") from exc
+    elif name == "triton":
+        _check_triton(device)
+        backend = get_backend(name)
+    else:
+        backend = get_backend(name, dtype)
+    if config.kv_cache_dtype == "int8" and not backend.has("kv_int8"):
+        raise EngineConfigError(f"the {backend.name} kernels have no int8 KV cache")
+    return backend
 
 
-TORCH_OPS = KernelOps(
-    name="torch",
-    write_kv=attention.write_kv,
-    paged_decode_attention=attention.paged_decode_attention,
-    paged_prefill_attention=attention.paged_prefill_attention,
-    rms_norm=layers.rms_norm,
-    rotary_embedding=layers.rotary_embedding,
-    silu_and_mul=layers.silu_and_mul,
-)
-
-
-def hydrant_kernel_ops() -> KernelOps:
-    """`hydrant.kernels.ops` (imported lazily: it is only needed when chosen)."""
-    from hydrant.kernels import ops
-
-    def prefill(
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        block_tables: torch.Tensor,
-        cu_seqlens_q: torch.Tensor,
-        context_lens: torch.Tensor,
-        scale: float,
-        max_seqlen_q: int | None = None,
-    ) -> torch.Tensor:
-        result: torch.Tensor = ops.paged_prefill_attention(
-            q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, max_seqlen_q
+def _check_triton(device: torch.device) -> None:
+    if importlib.util.find_spec("triton") is None:
+        raise EngineConfigError("kernels='triton' needs the triton package")
+    if device.type != "cuda" and not (device.type == "cpu" and triton_interpreter_enabled()):
+        raise EngineConfigError(
+            f"kernels='triton' needs a CUDA device, not {device} (the CPU only runs Triton "
+            "under TRITON_INTERPRET=1, for tests)"
         )
-        return result
-
-    return KernelOps(
-        name="hydrant",
-        write_kv=ops.write_kv,
-        paged_decode_attention=ops.paged_decode_attention,
-        paged_prefill_attention=prefill,
-        rms_norm=ops.rms_norm,
-        rotary_embedding=ops.rotary_embedding,
-        silu_and_mul=ops.silu_and_mul,
-    )
 
 
-def native_cpu_ops() -> KernelOps:
-    """The torch ops with decode attention read in place by the C kernel, and oneDNN
-    float32 linears (the fast CPU path; "torch" stays the plain PyTorch reference)."""
-    return replace(
-        TORCH_OPS,
-        name="torch+native",
-        paged_decode_attention=cpu_kernels.paged_decode_attention,
-        onednn_linear=True,
-    )
-
-
-def select_ops(choice: str, device: torch.device, dtype: torch.dtype = torch.float32) -> KernelOps:
-    """ "auto": the Triton kernels on CUDA; on CPU the torch versions, with the native
-    decode attention when the model computes in float32 and the kernel builds."""
-    if choice == "native":
-        if device.type != "cpu" or not cpu_kernels.available():
-            raise EngineConfigError(
-                "kernels='native' needs the CPU and a C compiler (the build failure is logged)"
-            )
-        return native_cpu_ops()
-    if choice == "torch":
-        return TORCH_OPS
-    if choice == "auto" and device.type != "cuda":
-        if dtype == torch.float32 and cpu_kernels.available():
-            return native_cpu_ops()
-        return TORCH_OPS
-    return hydrant_kernel_ops()
+def bind_linears(model: LlamaForCausalLM, backend: KernelBackend) -> None:
+    """After loading (and quantizing): quantized linears run the backend's W8A16/W4A16, and
+    a `fast_linears` backend takes over the float linears and the LM head's matmul."""
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear):
+            module.backend = backend
+    if backend.optimize_linears is not None:
+        backend.optimize_linears(model)
+    if backend.linear_for is not None and not model.config.embedding_only:
+        model.head_linear = backend.linear_for(model.head_weight())

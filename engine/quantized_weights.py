@@ -29,7 +29,6 @@ from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.errors import ModelLoadError
 from hydrant.engine.loader import INDEX_FILE, load_model, read_model_config
 from hydrant.engine.model import LlamaForCausalLM
-from hydrant.engine.ops import TORCH_OPS, KernelOps
 from hydrant.kernels.errors import KernelArgumentError
 from hydrant.kernels.quantization import (
     QuantizationManifest,
@@ -41,6 +40,8 @@ from hydrant.kernels.quantization import (
     save_quantized,
 )
 from hydrant.kernels.quantization.footprint import module_bytes
+from hydrant.kernels.reference_backend import REFERENCE
+from hydrant.kernels.table import KernelBackend
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def load_engine_model(
     config: EngineConfig,
     dtype: torch.dtype,
     max_model_len: int,
-    ops: KernelOps = TORCH_OPS,
+    ops: KernelBackend = REFERENCE,
 ) -> LlamaForCausalLM:
     """The model the engine runs: float, quantized on load, or read already quantized."""
     manifest = read_quantization_manifest(model_dir)
@@ -82,7 +83,7 @@ def load_quantized_model(
     device: str,
     dtype: torch.dtype,
     max_model_len: int,
-    ops: KernelOps = TORCH_OPS,
+    ops: KernelBackend = REFERENCE,
 ) -> LlamaForCausalLM:
     """Build empty, swap in `QuantizedLinear` shells, read the stored codes (no quantizing)."""
     with torch.device("meta"):

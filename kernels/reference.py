@@ -1,15 +1,16 @@
-"""PyTorch references of every kernel: the CPU implementation and the tests' oracle.
+"""PyTorch references of every kernel: the `reference` backend and the tests' oracle.
 
-Each function has exactly the signature of its op in `hydrant.kernels.ops` and
+Each function has exactly the signature of its op in the kernel table and
 computes in float32, rounding once to the output dtype, which is what the
 Triton kernels do too; tests compare kernel against reference and reference
 against a naive dense computation (SDPA over gathered K/V, dense matmul), so
-both ends are pinned. Clarity beats speed here, but the CPU engine runs these
-for real, so the hot paths avoid per-token Python loops (attention loops per
-sequence, not per token).
+both ends are pinned. Clarity beats speed here (the CPU engine serves with
+the `cpu` backend), but an engine can run these for real (`kernels="reference"`,
+and the `cpu` backend's int8 KV cache and quantized matmuls), so the hot paths
+avoid per-token Python loops (attention loops per sequence, not per token).
 
-Arguments are validated by `hydrant.kernels.ops` before dispatch; these
-functions assume valid shapes and only check what needs tensor values.
+Arguments are validated by the `reference` row (`reference_backend.py`) before
+these run; they assume valid shapes and only check what needs tensor values.
 """
 
 from __future__ import annotations

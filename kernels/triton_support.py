@@ -1,8 +1,9 @@
 """What every Triton launcher needs: device checks, dot dtypes, block sizes.
 
 Importing this module imports Triton, so only the launchers import it and
-`hydrant.kernels.ops` imports the launchers lazily: a CPU-only process (or a
-test session that has not set `TRITON_INTERPRET` yet) never loads Triton.
+the `triton` row of the kernel table (`triton_backend.py`) imports the
+launchers lazily: a CPU-only process (or a test session that has not set
+`TRITON_INTERPRET` yet) never loads Triton.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import triton
 import triton.language as tl
 
 from hydrant.kernels.arguments import require
-from hydrant.kernels.backend import triton_interpreter_enabled
 from hydrant.kernels.errors import KernelBackendError
+from hydrant.kernels.triton_backend import triton_interpreter_enabled
 
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 

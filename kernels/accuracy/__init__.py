@@ -1,5 +1,5 @@
-"""Accuracy harness for quantization: metrics, a realistic synthetic Llama, a paged forward.
+"""What the quantization accuracy gates measure with: next-token metrics, realistic weights.
 
-Shared by `tests/kernels` (which assert the gates) and `bench/quant_accuracy.py`
-(which prints them), so the numbers a reviewer reads are the ones CI checks.
+Neither needs the engine. The gates themselves run the engine's own model
+(`hydrant.engine.accuracy`), so they live in the engine: kernels never import it.
 """

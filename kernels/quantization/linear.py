@@ -2,8 +2,10 @@
 
 The quantized tensors are buffers, not parameters: nothing trains them, and
 `module.to(dtype)` then converts only the float scales. The forward flattens
-leading dimensions and calls the W8A16 / W4A16 op through the dispatch point,
-so the same module runs the Triton kernel on CUDA and the reference on CPU.
+leading dimensions and calls the W8A16 / W4A16 op of `backend`, the row of the
+kernel table an engine binds when it builds (`hydrant.engine.ops`); a module
+used outside an engine runs the row for its device (Triton on CUDA, the
+reference elsewhere).
 
 An optional `input_scale` (per input channel) comes from activation-aware
 calibration: the weight was quantized as `W * s` and the input is multiplied
@@ -18,11 +20,11 @@ from typing import Literal
 import torch
 from torch import nn
 
-from hydrant.kernels import ops
-from hydrant.kernels.backend import Backend
+from hydrant.kernels.backends import for_device
 from hydrant.kernels.errors import KernelArgumentError
 from hydrant.kernels.int4_layout import dequantize_int4
 from hydrant.kernels.quantization.rtn import quantize_int4_groupwise, quantize_int8_per_channel
+from hydrant.kernels.table import KernelBackend
 
 QuantMode = Literal["int8", "int4"]
 
@@ -59,8 +61,8 @@ class QuantizedLinear(nn.Module):
             )
         self.in_features, self.out_features = in_features, out_features
         self.mode: QuantMode = mode
-        # None follows `hydrant.kernels.backend`'s per-call choice; set to pin one.
-        self.backend: Backend | None = None
+        # the kernel-table row to run; None: the row for the input's device
+        self.backend: KernelBackend | None = None
         self.group_size = group_size if mode == "int4" else in_features
         if mode == "int8":
             self.register_buffer(
@@ -130,12 +132,11 @@ class QuantizedLinear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if self.input_scale is not None:
             flat = flat * self.input_scale.to(flat.dtype)
+        kernels = self.backend or for_device(flat.device)
         if self.zeros is None:
-            out = ops.w8a16_matmul(flat, self.qweight, self.scales, backend=self.backend)
+            out = kernels.w8a16_matmul(flat, self.qweight, self.scales)
         else:
-            out = ops.w4a16_matmul(
-                flat, self.qweight, self.scales, self.zeros, self.group_size, backend=self.backend
-            )
+            out = kernels.w4a16_matmul(flat, self.qweight, self.scales, self.zeros, self.group_size)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)

@@ -36,6 +36,9 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.model_runner import ModelRunner
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.sequence import Request
+from hydrant.kernels.cpu.backend import PLANNED
+from hydrant.kernels.reference_backend import REFERENCE
+from hydrant.kernels.triton_backend import TRITON
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -107,16 +110,14 @@ def test_bucket_examples() -> None:
 # ---- when graphs are used ----------------------------------------------------------------------
 
 
-def test_graphs_need_cuda_triton_ops_and_no_enforce_eager(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HYDRANT_KERNELS", raising=False)
+def test_graphs_need_cuda_triton_ops_and_no_enforce_eager() -> None:
     cuda = torch.device("cuda")
-    assert graphs_unsupported(EngineConfig(), cuda, "hydrant") is None
-    assert "cpu" in str(graphs_unsupported(EngineConfig(), torch.device("cpu"), "hydrant"))
+    assert graphs_unsupported(EngineConfig(), cuda, TRITON) is None
+    assert "cpu" in str(graphs_unsupported(EngineConfig(), torch.device("cpu"), TRITON))
     eager = EngineConfig(enforce_eager=True)
-    assert "enforce_eager" in str(graphs_unsupported(eager, cuda, "hydrant"))
-    assert "torch" in str(graphs_unsupported(EngineConfig(), cuda, "torch"))
-    monkeypatch.setenv("HYDRANT_KERNELS", "reference")
-    assert "Triton" in str(graphs_unsupported(EngineConfig(), cuda, "hydrant"))
+    assert "enforce_eager" in str(graphs_unsupported(eager, cuda, TRITON))
+    assert "cpu" in str(graphs_unsupported(EngineConfig(), cuda, PLANNED))  # the torch path
+    assert "Triton" in str(graphs_unsupported(EngineConfig(), cuda, REFERENCE))
 
 
 @pytest.mark.parametrize("kernels", ["auto", "hydrant"])

@@ -46,8 +46,8 @@ from hydrant.engine.model_runner import ModelOutput, ModelRunner
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import SchedulerOutput
 from hydrant.engine.sequence import Request
-from hydrant.kernels.backend import triton_interpreter_enabled
 from hydrant.kernels.quantization import kv_cache_bytes
+from hydrant.kernels.triton_backend import triton_interpreter_enabled
 
 NEW_TOKENS = 32
 GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
@@ -240,7 +240,7 @@ def test_int8_kv_agrees_with_the_float_kv_engine(
     not triton_interpreter_enabled(), reason="the Triton kernels on the CPU need TRITON_INTERPRET=1"
 )
 def test_the_triton_kernels_serve_the_int8_cache_like_the_references(
-    model_dirs: dict[Family, Path], engines: EngineTracker, monkeypatch: pytest.MonkeyPatch
+    model_dirs: dict[Family, Path], engines: EngineTracker
 ) -> None:
     """What CUDA runs (the Triton write/decode/prefill launchers, interpreted here) on the
     engine's real cache tensors and views: the launchers' stride and layout checks pass and
@@ -251,9 +251,8 @@ def test_the_triton_kernels_serve_the_int8_cache_like_the_references(
     reference_tokens, reference_rows = _generate(
         engines.make(model_dirs["gqa"], **params), prompts, max_tokens=6
     )
-    monkeypatch.setenv("HYDRANT_KERNELS", "triton")
     triton_tokens, triton_rows = _generate(
-        engines.make(model_dirs["gqa"], **params), prompts, max_tokens=6
+        engines.make(model_dirs["gqa"], kernels="triton", **params), prompts, max_tokens=6
     )
     assert triton_tokens == reference_tokens
     for ours, theirs in zip(triton_rows, reference_rows, strict=True):

@@ -21,10 +21,12 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from hydrant.engine.attention import AttentionMetadata
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.errors import MissingWeightError, ModelLoadError, UnsupportedModelError
-from hydrant.engine.layers import build_rope_cache
 from hydrant.engine.loader import load_model
 from hydrant.engine.model import LlamaForCausalLM
-from hydrant.engine.ops import TORCH_OPS, KernelOps, hydrant_kernel_ops
+from hydrant.kernels.cpu.backend import PLANNED
+from hydrant.kernels.reference_backend import REFERENCE
+from hydrant.kernels.rope_cache import build_rope_cache
+from hydrant.kernels.table import KernelBackend
 
 TOLERANCE = 1e-4
 BLOCK = 16
@@ -42,7 +44,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _load(
-    model_dir: Path, dtype: torch.dtype = torch.float32, ops: KernelOps = TORCH_OPS
+    model_dir: Path, dtype: torch.dtype = torch.float32, ops: KernelBackend = PLANNED
 ) -> LlamaForCausalLM:
     config = ModelConfig.from_pretrained(model_dir)
     return load_model(
@@ -123,7 +125,7 @@ def test_chunked_prefill_and_decode_logits_match(
 def test_kernel_package_ops_match_too(checkpoints: dict[str, Path], family: Family) -> None:
     tokens = _tokens(50, seed=4)
     reference = _hf_logits(checkpoints[family], tokens)
-    run = PagedRun(_load(checkpoints[family], ops=hydrant_kernel_ops()))
+    run = PagedRun(_load(checkpoints[family], ops=REFERENCE))
     pieces = [run.feed(tokens[:30]), run.feed(tokens[30:45])]
     pieces += [run.feed([t]) for t in tokens[45:]]
     diff = (torch.cat(pieces) - reference).abs().max().item()

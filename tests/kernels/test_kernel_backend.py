@@ -1,54 +1,49 @@
-"""Backend choice of the dispatch point, and argument validation before any work."""
+"""Backend choice of the by-name ops, and argument validation before any work."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 import torch
 
-from hydrant.kernels import backend, ops, reference
+from hydrant.kernels import backends, ops, reference
 from hydrant.kernels.errors import KernelArgumentError, KernelBackendError
 
 
-@pytest.fixture(autouse=True)
-def unpinned(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(backend.ENV_VAR, raising=False)
-    backend.set_backend(None)
-    yield
-    backend.set_backend(None)
+def test_without_a_name_the_device_picks_reference_on_cpu_and_triton_on_cuda() -> None:
+    assert backends.for_device(torch.device("cpu")).name == "reference"
+    assert backends.for_device(torch.device("cuda", 0)).name == "triton"
 
 
-def test_auto_picks_reference_on_cpu_and_triton_on_cuda() -> None:
-    assert backend.resolve_backend(None, torch.device("cpu")) == "reference"
-    assert backend.resolve_backend(None, torch.device("cuda", 0)) == "triton"
-
-
-def test_precedence_argument_then_set_backend_then_environment(
+def test_no_environment_variable_or_process_setting_chooses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cpu = torch.device("cpu")
-    monkeypatch.setenv(backend.ENV_VAR, "triton")  # read at call time, not import time
-    assert backend.resolve_backend(None, cpu) == "triton"
-    backend.set_backend("reference")
-    assert backend.resolve_backend(None, cpu) == "reference"
-    assert backend.resolve_backend("triton", cpu) == "triton"
-    backend.set_backend(None)
-    monkeypatch.setenv(backend.ENV_VAR, " Reference ")
-    assert backend.get_backend() == "reference"
+    """The per-call `HYDRANT_KERNELS` lookup and the process-wide `set_backend` are gone:
+    the argument names the row, or the device picks it."""
+    calls: list[str] = []
+    real = reference.silu_and_mul
+
+    def spy(x: torch.Tensor) -> torch.Tensor:
+        calls.append("ref")
+        return real(x)
+
+    monkeypatch.setattr(reference, "silu_and_mul", spy)
+    monkeypatch.setenv("HYDRANT_KERNELS", "triton")
+    ops.silu_and_mul(torch.randn(2, 4))
+    assert calls == ["ref"]
+    assert not hasattr(backends, "set_backend") and not hasattr(ops, "set_backend")
 
 
-def test_invalid_backend_names_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_backend_names_are_refused() -> None:
     with pytest.raises(KernelArgumentError, match="not a kernel backend"):
-        backend.set_backend("cuda")
-    monkeypatch.setenv(backend.ENV_VAR, "fast")
-    with pytest.raises(KernelArgumentError, match="HYDRANT_KERNELS='fast'"):
-        ops.silu_and_mul(torch.ones(2, 4))
+        backends.get_backend("cuda")
+    with pytest.raises(KernelArgumentError, match="'fast' is not a kernel backend"):
+        ops.silu_and_mul(torch.ones(2, 4), backend="fast")
 
 
-def test_set_backend_routes_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_backend_argument_routes_ops(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     real = reference.silu_and_mul
 
@@ -61,8 +56,7 @@ def test_set_backend_routes_ops(monkeypatch: pytest.MonkeyPatch) -> None:
     ops.silu_and_mul(x)
     assert calls == ["ref"]
     pytest.importorskip("triton")
-    backend.set_backend("triton")
-    out = ops.silu_and_mul(x)  # interpreted Triton: the reference is not called
+    out = ops.silu_and_mul(x, backend="triton")  # interpreted Triton: the reference is not called
     assert calls == ["ref"] and torch.allclose(out, real(x), atol=1e-6)
 
 
@@ -85,7 +79,7 @@ def test_importing_ops_does_not_import_triton() -> None:
 
 
 @pytest.mark.parametrize("which", ["reference", "triton"])
-def test_both_backends_validate_identically(which: str) -> None:
+def test_both_backends_validate_identically(which: backends.BackendName) -> None:
     if which == "triton":
         pytest.importorskip("triton")
     q = torch.randn(2, 6, 64)

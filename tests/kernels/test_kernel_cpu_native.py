@@ -1,7 +1,7 @@
-"""The native CPU decode attention and the oneDNN linears against float64 / F.linear references.
+"""The cpu backend's C decode attention and oneDNN linears against float64 / F.linear references.
 
 The kernel is built for real with the machine's C compiler (the same build
-the engine does); the reference is the engine's PyTorch decode path run in
+the engine does); the reference is the cpu backend's PyTorch decode path run in
 float64, so any indexing, masking or softmax error shows up as a large
 relative error, and rounding alone stays near 1e-7.
 """
@@ -15,15 +15,12 @@ import pytest
 import torch
 from torch import nn
 
-from hydrant.engine import cpu_kernels
-from hydrant.engine.attention import paged_decode_attention
-from hydrant.engine.cpu_linear import OneDnnLinear, onednn_available, use_onednn_linears
-from hydrant.engine.engine_config import EngineConfig, EngineConfigError
-from hydrant.engine.ops import TORCH_OPS, select_ops
+from hydrant.kernels.cpu import native_decode
+from hydrant.kernels.cpu.attention import paged_decode_attention
+from hydrant.kernels.cpu.linear import OneDnnLinear, onednn_available, use_onednn_linears
 
-CPU = torch.device("cpu")
 requires_native = pytest.mark.skipif(
-    not cpu_kernels.available() and os.environ.get("CI") != "true",
+    not native_decode.available() and os.environ.get("CI") != "true",
     reason="no C compiler here (in CI the kernel must build)",
 )
 
@@ -69,7 +66,7 @@ def test_native_decode_matches_float64_reference(
     q, k, v, tables, ctx = _case(lens, heads, kv_heads, head_dim, block_size, seed=heads)
     for scale in (head_dim**-0.5, 1.0):  # 1.0: peaked softmax, large exponents
         ref = paged_decode_attention(q.double(), k.double(), v.double(), tables, ctx, scale)
-        out = cpu_kernels.paged_decode_attention(q, k, v, tables, ctx, scale)
+        out = native_decode.paged_decode_attention(q, k, v, tables, ctx, scale)
         assert out.dtype == torch.float32 and out.shape == q.shape
         assert _rel_err(out, ref) < 1e-5, f"scale {scale}"
         for i in range(len(lens)):  # each sequence on its own, not just the batch norm
@@ -81,9 +78,9 @@ def test_native_decode_does_not_depend_on_the_batch() -> None:
     """A sequence's output is the same alone and in a batch: batching never changes a token."""
     lens = [5, 64, 200, 17]
     q, k, v, tables, ctx = _case(lens, 8, 2, 64, 16, seed=7)
-    batched = cpu_kernels.paged_decode_attention(q, k, v, tables, ctx, 0.125)
+    batched = native_decode.paged_decode_attention(q, k, v, tables, ctx, 0.125)
     for i in range(len(lens)):
-        alone = cpu_kernels.paged_decode_attention(
+        alone = native_decode.paged_decode_attention(
             q[i : i + 1], k, v, tables[i : i + 1].contiguous(), ctx[i : i + 1], 0.125
         )
         assert torch.equal(alone[0], batched[i])
@@ -93,19 +90,19 @@ def test_unsupported_inputs_take_the_torch_path() -> None:
     q, k, v, tables, ctx = _case([9, 20], 4, 2, 32, 8, seed=3)
     for dtype in (torch.bfloat16, torch.float64):
         args = (q.to(dtype), k.to(dtype), v.to(dtype), tables, ctx, 0.2)
-        out = cpu_kernels.paged_decode_attention(*args)
+        out = native_decode.paged_decode_attention(*args)
         assert out.dtype == dtype
         assert torch.equal(out, paged_decode_attention(*args))
     strided = q.transpose(0, 1).contiguous().transpose(0, 1)  # same values, not contiguous
-    out = cpu_kernels.paged_decode_attention(strided, k, v, tables, ctx, 0.2)
+    out = native_decode.paged_decode_attention(strided, k, v, tables, ctx, 0.2)
     assert torch.allclose(out, paged_decode_attention(q, k, v, tables, ctx, 0.2), atol=1e-5)
 
 
 @requires_native
 def test_build_is_cached_per_source_and_cpu(tmp_path: Path) -> None:
-    first = cpu_kernels.build(tmp_path)
+    first = native_decode.build(tmp_path)
     stamp = first.stat().st_mtime_ns
-    again = cpu_kernels.build(tmp_path)
+    again = native_decode.build(tmp_path)
     assert again == first and again.stat().st_mtime_ns == stamp  # reused, not rebuilt
     assert [p.suffix for p in first.parent.iterdir()] == [".so"]  # no partial files left
 
@@ -114,24 +111,9 @@ def test_a_failing_compiler_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CC", "false")  # exits 1 without output
-    with pytest.raises(RuntimeError, match=r"compiling cpu_kernels\.c failed"):
-        cpu_kernels.build(tmp_path)
+    with pytest.raises(RuntimeError, match=r"compiling native_decode\.c failed"):
+        native_decode.build(tmp_path)
     assert not any(tmp_path.rglob("*.so"))
-
-
-@requires_native
-def test_auto_ops_on_cpu_use_the_native_kernel_in_float32_only() -> None:
-    assert select_ops("auto", CPU, torch.float32).name == "torch+native"
-    assert select_ops("native", CPU, torch.float32).onednn_linear
-    assert select_ops("auto", CPU, torch.bfloat16) is TORCH_OPS
-    assert select_ops("torch", CPU, torch.float32) is TORCH_OPS
-
-
-def test_native_kernels_need_the_cpu() -> None:
-    with pytest.raises(EngineConfigError, match="native"):
-        select_ops("native", torch.device("meta"))
-    with pytest.raises(EngineConfigError, match="kernels must be"):
-        EngineConfig(kernels="fast")
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN linear")

@@ -1,4 +1,4 @@
-"""The engine's native CPU kernel (cpu_kernels.c): paged decode attention in place.
+"""The `cpu` backend's C kernel (native_decode.c): paged decode attention in place.
 
 Why a C kernel on the CPU at all: the PyTorch decode path gathers every
 sequence's scattered blocks into a padded tensor before SDPA, so each step
@@ -12,7 +12,7 @@ version, into a cache folder (`HYDRANT_KERNEL_CACHE`, default
 the build takes about a second, and nothing is compiled at install time. The
 binary is tuned for the CPU it is built on (`-march=native`), so the cache key
 includes the CPU's feature flags. If there is no compiler or the build fails,
-the engine logs it once and keeps the PyTorch path: same results, slower.
+the backend logs it once and keeps the PyTorch path: same results, slower.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from hydrant.engine import attention
+from hydrant.kernels.cpu import attention
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("cpu_kernels.c")
+SOURCE = Path(__file__).with_name("native_decode.c")
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11"]
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -63,7 +63,7 @@ def _compiler() -> str | None:
 
 
 def build(target_dir: Path | None = None) -> Path:
-    """Compile cpu_kernels.c (if not cached) and return the shared library's path.
+    """Compile native_decode.c (if not cached) and return the shared library's path.
 
     The build writes to a temporary file and renames it into place, so
     processes building at once never load a half-written library.

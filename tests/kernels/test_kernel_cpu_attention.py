@@ -1,4 +1,5 @@
-"""The pure-torch paged attention against a naive dense computation, sequence by sequence."""
+"""The cpu backend's PyTorch paged attention against a naive dense computation, sequence by
+sequence."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from hydrant.engine.attention import (
+from hydrant.kernels.cpu.attention import (
     MAX_DECODE_GROUP,
     PAD_SLACK,
     cut_groups,

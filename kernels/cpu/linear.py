@@ -21,6 +21,7 @@ is missing or disagrees with `F.linear`, the model keeps `F.linear`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import cache
 
 import torch
@@ -68,6 +69,12 @@ def worth_onednn(weight: torch.Tensor) -> bool:
         and weight.device.type == "cpu"
         and weight.numel() >= MIN_ONEDNN_WEIGHTS
     )
+
+
+def linear_for(weight: torch.Tensor) -> Callable[..., torch.Tensor]:
+    """The matmul for one weight used outside an `nn.Linear` (the LM head, which may be the
+    tied embedding): oneDNN when it is here and worth it for this weight, else `F.linear`."""
+    return onednn_linear if onednn_available() and worth_onednn(weight) else F.linear
 
 
 class OneDnnLinear(nn.Linear):
