@@ -748,9 +748,9 @@ def test_logs_carry_ids_but_never_the_key_or_the_prompt(server: RunningServer) -
             model="demo", messages=[{"role": "user", "content": canary}], max_tokens=3
         )
     request_id = raw.headers["x-request-id"]
-    wrong = openai.OpenAI(
-        base_url=f"{server.base_url}/v1", api_key=secret[:-1] + "x", max_retries=0
-    )
+    # Another last character (a key may end with "x" itself: then "x" would be the key).
+    wrong_key = secret[:-1] + ("y" if secret.endswith("x") else "x")
+    wrong = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=wrong_key, max_retries=0)
     with wrong, pytest.raises(openai.AuthenticationError):  # logged by nobody either
         wrong.models.list()
     deadline = time.monotonic() + 5
