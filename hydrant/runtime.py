@@ -51,6 +51,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             quantization=settings.quantization,  # type: ignore[arg-type]  # validated there
             kv_cache_dtype=settings.kv_cache_dtype,
             enforce_eager=settings.enforce_eager,
+            enable_prefix_caching=settings.enable_prefix_caching,
         )
         engine = LLMEngine.from_pretrained(
             spec.path, config, metrics=EngineMetrics(metrics_registry, model=spec.name)

@@ -73,6 +73,7 @@ class Settings:
     quantization: str | None = None
     kv_cache_dtype: Literal["auto", "int8"] = "auto"
     enforce_eager: bool = False  # no CUDA graphs for decode steps
+    enable_prefix_caching: bool = True  # reuse cached KV blocks of shared prompt prefixes
     max_request_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
     body_read_timeout_s: float = 30.0

@@ -42,6 +42,7 @@ class WorkerOptions:
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
+    enable_prefix_caching: bool = True
     host: str = "127.0.0.1"
     port: int = 0
     advertise_host: str | None = None
@@ -122,6 +123,7 @@ class WorkerRuntime:
             quantization=quantization,  # type: ignore[arg-type]  # validated by EngineConfig
             kv_cache_dtype=self.options.kv_cache_dtype,  # type: ignore[arg-type]  # validated there
             enforce_eager=self.options.enforce_eager,
+            enable_prefix_caching=self.options.enable_prefix_caching,
             show_progress=False,
         )
         metrics = EngineMetrics(self.metrics_registry, model=self.options.model)

@@ -76,6 +76,7 @@ def worker(
         quantization=quantization or settings.quantization,
         kv_cache_dtype=kv_cache_dtype or settings.kv_cache_dtype,
         enforce_eager=enforce_eager or settings.enforce_eager,
+        enable_prefix_caching=settings.enable_prefix_caching,
         host=host,
         port=port,
         advertise_host=settings.worker_advertise_host,
