@@ -32,6 +32,7 @@ from hydrant.platform.digests.controllers import (
 from hydrant.platform.digests.deps import provide_digest_service
 from hydrant.platform.dispatch.controllers import PoolAdminController
 from hydrant.platform.engines.controllers import EngineAdminController
+from hydrant.platform.files.controllers import MULTIPART_OVERHEAD_BYTES, FilesController
 from hydrant.platform.health.controllers import HealthController
 from hydrant.platform.http.errors import EXCEPTION_HANDLERS
 from hydrant.platform.http.hardening import cors_config, hardening_middleware
@@ -98,6 +99,15 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         handlers.append(
             Router(path="/", route_handlers=list(INFERENCE_CONTROLLERS), guards=[require_inference])
         )
+        # Uploads are larger than any request body: their own router, their own limit.
+        handlers.append(
+            Router(
+                path="/",
+                route_handlers=[FilesController],
+                guards=[require_inference],
+                request_max_body_size=settings.files_max_bytes + MULTIPART_OVERHEAD_BYTES,
+            )
+        )
         handlers.append(EngineAdminController)  # /admin/engines: limits and KV state
         if inference.pools is not None:
             handlers.append(PoolAdminController)  # /admin/pools: workers, hot swap
@@ -123,6 +133,7 @@ def dependencies(services: Services) -> dict[str, Provide]:
         "mailer": services.mailer,
         "served_models": services.models,
         "runtime": services.runtime,
+        "files": services.files,
     }
     deps = {name: _constant(value) for name, value in provided.items()}
     deps["db_session"] = Provide(provide_db_session)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from hydrant.platform.digests.tasks import TASKS as DIGEST_TASKS
 from hydrant.platform.dispatch.tasks import TASKS as POOL_TASKS
+from hydrant.platform.files.tasks import TASKS as FILE_TASKS
 from hydrant.platform.inference.responses.tasks import TASKS as RESPONSE_TASKS
 from hydrant.platform.jobs.registry import JobTable, Periodic
 from hydrant.platform.ledger.tasks import TASKS as LEDGER_TASKS
@@ -21,6 +22,7 @@ PERIODIC: tuple[Periodic, ...] = (
     Periodic("budget-alerts", "hydrant.budgets.check", 300.0),
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
+    Periodic("files-purge", "hydrant.files.purge", 3600.0),
     # The gateway replays its own spool every few seconds; this is for one that stopped.
     Periodic("spool-replay", "hydrant.ledger.replay_spool", 60.0, embedded=False),
     # Pools exist only with Redis, where Celery beat runs this; a gateway with pools also
@@ -30,5 +32,6 @@ PERIODIC: tuple[Periodic, ...] = (
 )
 
 JOB_TABLE = JobTable.of(
-    (*DIGEST_TASKS, *REPORT_TASKS, *LEDGER_TASKS, *RESPONSE_TASKS, *POOL_TASKS), PERIODIC
+    (*DIGEST_TASKS, *REPORT_TASKS, *LEDGER_TASKS, *RESPONSE_TASKS, *FILE_TASKS, *POOL_TASKS),
+    PERIODIC,
 )

@@ -33,6 +33,8 @@ from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.session import Database
 from hydrant.platform.dispatch.service import PoolManager, build_pools
+from hydrant.platform.files.deps import build_file_store
+from hydrant.platform.files.service import FileStore
 from hydrant.platform.health.service import ModelRuntime
 from hydrant.platform.http.client_address import parse_trusted_proxies
 from hydrant.platform.inference.abuse import AbuseGuard
@@ -229,6 +231,7 @@ class Services:
     # `/metrics` renders every registry in this list at each scrape: engines add theirs.
     metric_registries: list[CollectorRegistry]
     models: tuple[ModelSpec, ...]
+    files: FileStore  # `/v1/files`: uploads and batch outputs, sealed at rest
     inference: InferenceServices | None = None
     # Started after the rest, stopped before it (and before the database closes): the
     # embedded default's job scheduler (hydrant.platform.jobs.scheduler) lives here.
@@ -317,6 +320,7 @@ def build_services(
         metrics=metrics,
         metric_registries=registries,
         models=tuple(models if models is not None else settings.served_models()),
+        files=build_file_store(settings, db, lambda: authenticator.server_secret),
         inference=inference,
     )
     if run_jobs and settings.redis_url is None and settings.embedded_jobs:

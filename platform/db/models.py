@@ -344,3 +344,9 @@ class StoredResponse(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (Index(None, "tenant_id", "created_at"), Index(None, "expires_at"))
+
+
+# --- The Batch API (issue #27): files, batches, their lines (db/batch_models.py) ----------
+# Imported here so that every table is on the metadata whenever the models are.
+from hydrant.platform.db.batch_models import FileBlob as FileBlob  # noqa: E402
+from hydrant.platform.db.batch_models import StoredFile as StoredFile  # noqa: E402
