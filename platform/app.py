@@ -24,6 +24,7 @@ from hydrant.platform.auth.dependencies import (
     provide_inference_principal,
     require_inference,
 )
+from hydrant.platform.batches.controllers import BatchesController
 from hydrant.platform.digests.controllers import (
     DigestAdminController,
     StuckDigestController,
@@ -69,6 +70,7 @@ INFERENCE_CONTROLLERS = (
     EmbeddingsController,
     ScoringController,
     TokenizationController,
+    BatchesController,
 )
 
 
@@ -141,6 +143,7 @@ def dependencies(services: Services) -> dict[str, Provide]:
     deps["digests"] = Provide(provide_digest_service)
     if services.inference is not None:
         deps["inference"] = _constant(services.inference.api)
+        deps["batches"] = _constant(services.inference.batches)
         if services.inference.pools is not None:
             deps["pools"] = _constant(services.inference.pools)
     return deps

@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.batch_models import StoredFile
-from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
+from hydrant.platform.db.outage import session_or_unavailable
 from hydrant.platform.db.pagination import MAX_PAGE
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import (
@@ -83,14 +82,8 @@ class FileStore:
         self.limits = limits
         self._volume = storage.VolumeBlobs(directory) if directory is not None else None
 
-    @asynccontextmanager
-    async def _session(self) -> AsyncIterator[AsyncSession]:
-        """A unit of work whose database outage is a 503 the client can retry, not a 500."""
-        try:
-            async with self._database.session() as session:
-                yield session
-        except DATABASE_UNAVAILABLE as exc:
-            raise ServiceUnavailable("files cannot be reached right now; retry shortly") from exc
+    def _session(self) -> AbstractAsyncContextManager[AsyncSession]:
+        return session_or_unavailable(self._database, "files")
 
     async def upload(
         self, tenant_id: str | None, *, filename: str, purpose: str, content: bytes

@@ -1,0 +1,16 @@
+"""How the batch jobs find the runner: the one the process running them holds.
+
+On the embedded default it is the gateway's own (its engines, its request path); in a
+Celery worker it is the one `services.open_job_runtime` opened for the job (worker
+pools). Where there is none, a job can only say so: the lines must run where the
+engines are reachable.
+"""
+
+from __future__ import annotations
+
+from hydrant.platform.batches.runner import BatchRunner
+from hydrant.platform.jobs.context import JobContext
+
+
+def batch_runner(ctx: JobContext) -> BatchRunner | None:
+    return ctx.runtime if isinstance(ctx.runtime, BatchRunner) else None
