@@ -92,7 +92,7 @@ class Settings:
     files_dir: Path | None = None  # a volume for file contents; None: in the database
     files_retention_days: int = 30  # files (uploads and batch outputs) deleted after
     batch_lane_slots: int = 8  # batch lines of one model a gateway runs at once, when idle
-    batch_lane_busy_slots: int = 1  # ... and while interactive requests of it are in flight
+    batch_lane_busy_slots: int = 0  # ... and while interactive requests of it are in flight
     price_input_per_mtok: Decimal = Decimal("0.10")
     price_cached_input_per_mtok: Decimal = Decimal("0.05")
     price_output_per_mtok: Decimal = Decimal("0.40")

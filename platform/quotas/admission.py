@@ -14,16 +14,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 
-from hydrant.engine.protocol import Sampling
+from hydrant.engine.protocol import BACKGROUND_PRIORITY, Sampling
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.quotas.checks import Admission as Reservation
 from hydrant.platform.quotas.policy import PlanPolicy
 
-# The engine priority of a Batch API line: the lowest, so the scheduler runs every
-# interactive request before it and preempts it first when KV blocks run out.
-BATCH_PRIORITY = 1_000_000
+# The engine priority of a Batch API line: background, so the scheduler computes it only in
+# steps where no interactive request runs, and preempts it first when KV blocks run out.
+BATCH_PRIORITY = BACKGROUND_PRIORITY
 
 
 class PromptShape(Protocol):

@@ -1,12 +1,13 @@
 """A model's batch lane: Batch API lines run in the capacity interactive requests leave.
 
 Why a lane in the gate as well as the engine's priority: the engine runs batch lines
-at the lowest priority (scheduled after every interactive request, preempted first),
-but a line already decoding still shares every step with the interactive requests
-that arrive, and each extra sequence makes a step longer. So the gate also bounds how
-many lines of a model run at once (`slots`), and while any interactive request of the
-model is in flight no new line starts once `busy_slots` lines run: lines fill the gaps
-between interactive requests and give way as soon as they come. Lines wait for a
+as background work (paused, blocks kept, in every step where an interactive request
+runs; preempted first), but starting a line costs the gateway CPU (preparing and
+tokenizing it, storing the last one's result) and its prefill a step of its own. So the
+gate also bounds how many lines of a model run at once (`slots`), and while any
+interactive request of the model is in flight no new line starts once `busy_slots`
+lines run (default 0: none). Lines fill the gaps between interactive requests and give
+way as soon as one comes; `bench/batch_interference.py` measures it. Lines wait for a
 place as long as it takes (their batch has a day); nothing here refuses one.
 
 Counted per gateway: another gateway's interactive requests reach the same workers

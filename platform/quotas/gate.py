@@ -206,7 +206,7 @@ class QuotaGate:
         long_lane_slots: int = 2,
         long_lane_queue: int = 64,
         batch_lane_slots: int = 8,
-        batch_lane_busy_slots: int = 1,
+        batch_lane_busy_slots: int = 0,
         on_refusal: Callable[[str, str], None] | None = None,
         on_lane_wait: Callable[[str, float], None] | None = None,
     ) -> None:
