@@ -1,19 +1,23 @@
-"""Queries on batches and their lines. A tenant reads its own through `auth.scoping`; the
-runner (a system actor) works one batch by id, under the lease it claimed."""
+"""Queries on batches and their lines. Readers see what `auth.scoping` lets them (the
+book passes its scoping in); the runner (a system actor) works one batch by id, under
+the lease it claimed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from hydrant.platform.auth.scoping import scope_to_tenant
+from hydrant.platform.auth.principal import Principal
+from hydrant.platform.billing.money import STORAGE_PLACES
 from hydrant.platform.db.batch_models import Batch, BatchLine
-from hydrant.platform.db.models import DEFAULT_PLAN_ID, Plan, Tenant
+from hydrant.platform.db.models import DEFAULT_PLAN_ID, LedgerEntry, Plan, Tenant
 from hydrant.platform.db.pagination import page_after
+from hydrant.platform.reports.repository import exact_sum
 
 # Batches whose lines may still run (and whose prompt tokens count against the queue limit).
 UNFINISHED = ("validating", "in_progress", "finalizing", "cancelling")
@@ -21,25 +25,58 @@ UNFINISHED = ("validating", "in_progress", "finalizing", "cancelling")
 WORKABLE = ("in_progress", "finalizing", "cancelling")
 
 
-async def tenant_batch(session: AsyncSession, tenant_id: str | None, batch_id: str) -> Batch | None:
-    statement = select(Batch).where(Batch.id == batch_id)
-    return await session.scalar(scope_to_tenant(statement, Batch, tenant_id))
+# How a reader's statements are restricted to what it may see (`BatchBook._visible`).
+Visible = Callable[[Select[Any], Principal], Select[Any]]
+
+
+async def one_batch(
+    session: AsyncSession, visible: Visible, principal: Principal, batch_id: str
+) -> Batch | None:
+    return await session.scalar(visible(select(Batch).where(Batch.id == batch_id), principal))
 
 
 async def page_of_batches(
-    session: AsyncSession, tenant_id: str | None, *, limit: int, after: str | None
+    session: AsyncSession,
+    visible: Visible,
+    principal: Principal,
+    *,
+    limit: int,
+    after: str | None,
+    tenant_id: str | None = None,
+    status: str | None = None,
 ) -> tuple[Sequence[Batch], bool]:
     """Newest first, as OpenAI lists batches."""
-    cursor = scope_to_tenant(select(Batch.created_at), Batch, tenant_id)
+    statement = select(Batch)
+    if tenant_id is not None:
+        statement = statement.where(Batch.tenant_id == tenant_id)
+    if status is not None:
+        statement = statement.where(Batch.status == status)
     return await page_after(
         session,
-        scope_to_tenant(select(Batch), Batch, tenant_id),
+        visible(statement, principal),
         Batch,
         limit=limit,
         after=after,
-        cursor_scope=cursor,
+        cursor_scope=visible(select(Batch.created_at), principal),
         descending=True,
     )
+
+
+async def charged(session: AsyncSession, batch_ids: Sequence[str]) -> dict[str, Decimal]:
+    """The sum of each batch's ledger entries (exact on both databases); 0 for none."""
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    statement = (
+        select(LedgerEntry.batch_id, exact_sum(dialect, LedgerEntry.charged, STORAGE_PLACES))
+        .where(LedgerEntry.batch_id.in_(batch_ids))
+        .group_by(LedgerEntry.batch_id)
+    )
+    sums = {batch_id: Decimal(0) for batch_id in batch_ids}
+    for batch_id, total in (await session.execute(statement)).all():
+        if dialect == "postgresql":
+            sums[batch_id] = Decimal(total)
+        else:  # summed as integer micro-units (reports.repository.exact_sum)
+            sums[batch_id] = Decimal(int(total)).scaleb(-STORAGE_PLACES)
+    return sums
 
 
 async def enqueued_tokens(session: AsyncSession, tenant_id: str, model: str) -> int:

@@ -15,15 +15,12 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from decimal import Decimal
 
-from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.batches import repository
+from hydrant.platform.batches.book import RUN_JOB, BatchBook
 from hydrant.platform.batches.lines import ENDPOINTS, Checked, check_file
 from hydrant.platform.batches.reservation import released, to_json
 from hydrant.platform.batches.schemas import BatchCreate
@@ -31,12 +28,9 @@ from hydrant.platform.billing.money import round_money
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.batch_models import Batch
-from hydrant.platform.db.outage import session_or_unavailable
-from hydrant.platform.db.pagination import MAX_PAGE
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import (
     BudgetExhausted,
-    Conflict,
     InvalidRequest,
     NotFound,
     PermissionDenied,
@@ -52,12 +46,10 @@ from hydrant.platform.quotas.plan import TenantQuota, batch_checks
 
 log = logging.getLogger(__name__)
 
-RUN_JOB = "hydrant.batches.run"
 WINDOWS = {"24h": timedelta(hours=24)}
 # The reservation outlives the window a little: a batch finishing at its deadline still
 # settles against it (a reservation never settled is given back when this lapses).
 RESERVATION_GRACE = timedelta(hours=1)
-FINAL = ("completed", "failed", "expired", "cancelled")
 _BUDGET_WORDS = {
     "tokens_day": "daily token budget",
     "tokens_month": "monthly token budget",
@@ -66,17 +58,15 @@ _BUDGET_WORDS = {
 }
 
 
-def _missing(batch_id: str) -> NotFound:
-    return NotFound(f"No batch found with id '{batch_id}'.", param="batch_id")
-
-
 def _tenant(principal: Principal) -> str:
     if principal.tenant_id is None:
         raise PermissionDenied("batches belong to a tenant, and this key has none")
     return principal.tenant_id
 
 
-class BatchService:
+class BatchService(BatchBook):
+    """`/v1/batches`: a tenant's own batches (`BatchBook`, tenant-only), and making them."""
+
     def __init__(
         self,
         database: Database,
@@ -87,15 +77,11 @@ class BatchService:
         *,
         enqueue: Enqueue | None = None,
     ) -> None:
-        self._database = database
+        super().__init__(database, tenant_only=True, enqueue=enqueue)
         self._files = files
         self._api = api
         self._backend = backend
         self._batch_price = batch_prices  # the price book's `batch`: a model's batch price
-        self.enqueue = enqueue  # sends the run job; None: the periodic sweep starts it
-
-    def _session(self) -> AbstractAsyncContextManager[AsyncSession]:
-        return session_or_unavailable(self._database, "batches")
 
     async def create(self, principal: Principal, body: BatchCreate) -> Batch:
         tenant_id = _tenant(principal)
@@ -213,41 +199,3 @@ class BatchService:
                 code="quota_unavailable",
                 retry_after=2,
             ) from exc
-
-    async def get(self, principal: Principal, batch_id: str) -> Batch:
-        async with self._session() as session:
-            batch = await repository.tenant_batch(session, principal.tenant_id, batch_id)
-        if batch is None:
-            raise _missing(batch_id)
-        return batch
-
-    async def page(
-        self, principal: Principal, *, limit: int = 20, after: str | None = None
-    ) -> tuple[list[Batch], bool]:
-        """OpenAI's cursor page of the tenant's batches, newest first."""
-        if not 1 <= limit <= 100:
-            raise InvalidRequest("limit must be between 1 and 100", param="limit")
-        async with self._session() as session:
-            rows, more = await repository.page_of_batches(
-                session, principal.tenant_id, limit=min(limit, MAX_PAGE), after=after
-            )
-        return list(rows), more
-
-    async def cancel(self, principal: Principal, batch_id: str) -> Batch:
-        """Stop a batch: no new line starts, lines running finish and are billed, then it is
-        `cancelled` with what was served in its output file."""
-        batch = await self.get(principal, batch_id)
-        if batch.status in ("cancelling", "cancelled"):
-            return batch
-        if batch.status in FINAL:
-            raise Conflict(f"a batch that is {batch.status} cannot be cancelled", param="batch_id")
-        now = utcnow()
-        async with self._session() as session:
-            await session.execute(
-                update(Batch)
-                .where(Batch.id == batch.id, Batch.status.in_(("validating", "in_progress")))
-                .values(status="cancelling", cancelling_at=now)
-            )
-            if self.enqueue is not None:  # its runner stops; with none, one finalizes it
-                enqueue_after_commit(session, self.enqueue, RUN_JOB, batch_id=batch.id)
-        return await self.get(principal, batch_id)

@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 from hydrant.platform.batches import repository
+from hydrant.platform.batches.book import RUN_JOB
 from hydrant.platform.batches.deps import batch_runner
-from hydrant.platform.batches.service import RUN_JOB
 from hydrant.platform.jobs.context import Job, JobContext
 
 log = logging.getLogger(__name__)
