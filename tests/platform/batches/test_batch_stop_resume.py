@@ -1,6 +1,7 @@
 """A batch stopped part way: cancelled (what was served is delivered and billed, nothing
 else), or its runner cut off (a second runner finishes it without running or billing a
-stored line again), or out of its window (expired, with the finished lines delivered)."""
+stored line again), or out of its window (expired, with the finished lines delivered);
+and lines the engines cannot take yet (a pool waking) waiting rather than failing."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sqlalchemy import update
 
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import Batch
+from hydrant.platform.errors import ServiceUnavailable
 
 # Lines that take a while (every one runs its 64 tokens), so a batch is caught mid-way.
 LINES = [
@@ -127,3 +129,40 @@ async def test_a_batch_past_its_window_expires_with_its_finished_lines(
         assert len(served) + len(unrun) == len(LINES)
         entries = await gw.ledger(batch_id=batch["id"])
         assert len(entries) == len(served)
+
+
+class _Waking:
+    """An engine client that answers its first requests as a pool still waking does."""
+
+    def __init__(self, inner: Any, refusals: int) -> None:
+        self.inner = inner
+        self.refusals = refusals
+
+    def generate(self, request: Any) -> Any:
+        if self.refusals > 0:
+            self.refusals -= 1
+            return self._refuse()
+        return self.inner.generate(request)
+
+    async def _refuse(self) -> Any:
+        raise ServiceUnavailable("the pool is waking", code="pool_waking", retry_after=1)
+        yield  # an async generator, as a client's stream is
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+
+async def test_lines_the_engines_cannot_take_yet_are_retried_not_failed(
+    data_dir: Path, demo_model_dir: Path
+) -> None:
+    lines = [chat_line(f"q{i}", f"hello {i}", max_tokens=4) for i in range(3)]
+    async with gateway(data_dir, demo_model_dir) as gw:
+        model = gw.services.inference.registry.get("demo")
+        model.client = _Waking(model.client, refusals=4)  # type: ignore[assignment]
+        _, key = await gw.tenant("acme")
+        batch = (await gw.create(key, jsonl(lines))).json()
+        done = await gw.wait(key, batch["id"], timeout_s=60)
+        assert done["status"] == "completed"
+        assert done["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
+        assert done["error_file_id"] is None
+        assert len(await gw.ledger(batch_id=batch["id"])) == 3
