@@ -378,7 +378,7 @@ def build_services(
         if inference is not None:
             inference.batches.enqueue = scheduler.enqueue
         services.background.append(scheduler)
-    elif run_jobs and inference is not None and inference.pools is None:
+    elif run_jobs and settings.redis_url and inference is not None and inference.pools is None:
         from hydrant.platform.jobs.scheduler import EmbeddedScheduler
 
         # Celery runs the other jobs, but its workers cannot reach engines that live in this

@@ -139,6 +139,14 @@ def read_lines(content: bytes, url: str, endpoint: Endpoint) -> Iterator[InputLi
         if getattr(body, "stream", False):
             yield LineError("invalid_body", "stream is not supported in a batch", number, "stream")
             continue
+        if getattr(body, "previous_response_id", None) is not None:  # nothing is stored
+            yield LineError(
+                "invalid_body",
+                "previous_response_id is not supported in a batch: send the conversation in input",
+                number,
+                "previous_response_id",
+            )
+            continue
         yield InputLine(number, custom_id, body)
 
 

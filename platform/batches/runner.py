@@ -136,6 +136,10 @@ class BatchRunner:
         if utcnow() >= batch.expires_at:
             return await self._finisher.finish(batch, "expired")
         principal = await self._principal(batch)
+        if principal is None:  # its tenant was suspended: no more of its work runs
+            return await self._finisher.fail(
+                batch, "tenant_suspended", "the batch's tenant is suspended"
+            )
         try:
             content = await self._files.content(batch.tenant_id, batch.input_file_id)
         except NotFound:
@@ -179,14 +183,16 @@ class BatchRunner:
             raise NotFound(f"no batch {batch_id}")
         return batch
 
-    async def _principal(self, batch: Batch) -> Principal:
+    async def _principal(self, batch: Batch) -> Principal | None:
         """Who the lines run as: the batch's tenant under its plan now, with the key that
-        made it (for the ledger)."""
+        made it (for the ledger); None when the tenant is suspended."""
         async with self._database.session() as session:
             found = await repository.tenant_and_plan(session, batch.tenant_id)
         if found is None:
             raise NotFound(f"the tenant of {batch.id} is gone")
         tenant, plan = found
+        if tenant.status != "active":
+            return None
         policy = PlanPolicy.from_row(plan)
         return Principal(
             tenant_id=tenant.id,

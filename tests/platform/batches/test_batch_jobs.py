@@ -87,3 +87,35 @@ def test_a_celery_worker_opens_a_runtime_only_for_the_jobs_that_need_one(tmp_pat
     assert opened == ["open"]
     assert app.tasks["hydrant.files.purge"].run() == {"deleted": 0}
     assert opened == ["open"]  # not for a job that needs none
+
+
+def test_a_gateway_with_its_own_engines_runs_its_batches_even_beside_celery(
+    tmp_path: Path,
+) -> None:
+    from hydrant.platform.batches.runner import BatchRunner
+    from hydrant.platform.job_table import BATCH_PERIODIC
+    from hydrant.platform.jobs.scheduler import EmbeddedScheduler
+    from hydrant.platform.models.registry import ModelRegistry
+    from hydrant.platform.quotas import InMemoryQuotaBackend
+    from hydrant.platform.services import build_services
+
+    folders = (tmp_path / str(n) for n in range(3))  # each gateway its own data folder
+
+    def schedulers(**settings: Any) -> list[EmbeddedScheduler]:
+        config = load_settings({}, data_dir=next(folders), **settings)
+        services = build_services(
+            config, registry=ModelRegistry(), quota_backend=InMemoryQuotaBackend(), run_jobs=True
+        )
+        assert services.inference is not None
+        services.inference.spool.close()  # built, never started
+        found = [s for s in services.background if isinstance(s, EmbeddedScheduler)]
+        for scheduler in found:
+            assert isinstance(scheduler.context.runtime, BatchRunner)
+        return found
+
+    (embedded,) = schedulers()  # no Redis: every job, batches too, on the gateway's loop
+    assert "hydrant.batches.sweep" in {p.job for p in embedded.periodic}
+    assert len(embedded.periodic) > len(BATCH_PERIODIC)
+    (beside_celery,) = schedulers(redis_url="redis://127.0.0.1:1/5")  # Celery runs the rest
+    assert beside_celery.periodic == BATCH_PERIODIC
+    assert schedulers(embedded_jobs=False) == []  # switched off: nothing runs here
