@@ -6,17 +6,22 @@ gateway and engine (same run), and the batch's lines per second. Targets: intera
 p99 latency within 20 % of alone, and the batch using at least half of the capacity the
 interactive traffic leaves idle.
 
-How "idle capacity" is measured: the batch is first run alone (a shorter one) for its
-lines per second on an otherwise idle engine (`alone`); the interactive phase measures
-the share of time at least one interactive request was in flight (`busy`); the idle
-capacity is `alone x (1 - busy)` lines per second, and the batch's rate during the
-mixed phase is compared with it.
+The run is a few rounds, each: interactive requests alone for a window; then a fresh
+2,000-line batch, and the same interactive load beside it for a window; then the batch
+alone for a shorter window (its lines per second with the engine to itself); then the
+batch is cancelled. Rounds interleave the two conditions, so a neighbour's load on a
+shared host lands on both alike; the samples of all rounds are pooled per condition.
+
+How "idle capacity" is measured: the batch alone's lines per second (`alone`), times
+the share of the interactive-alone windows with no interactive request in flight
+(`1 - busy`); the batch's rate beside the interactive load is compared with it.
 
 The gateway is `hydrant serve` on the embedded default (SQLite, the demo model on the
 CPU, the batch jobs on its own loop) in a temporary folder; interactive requests are
 streamed (`stream: true`, for the time to their first token) at a fixed rate, open loop.
 
 Usage: python bench/batch_interference.py [--quick] [--rate R] [--seconds S] [--lines N]
+       [--rounds N] [--env HYDRANT_X=V]...
 """
 
 from __future__ import annotations
@@ -108,15 +113,15 @@ async def completed(client: httpx.AsyncClient, batch_id: str) -> int:
     return int((await batch_state(client, batch_id))["request_counts"]["completed"])
 
 
-async def batch_alone(client: httpx.AsyncClient, lines: int) -> float:
-    """Lines per second of a batch with the engine to itself (from its first line done)."""
-    batch_id = await start_batch(client, lines, "alone")
-    while await completed(client, batch_id) == 0:
+async def wait_for(
+    client: httpx.AsyncClient, batch_id: str, done: int, statuses: tuple[str, ...] = ()
+) -> None:
+    """Until the batch has `done` lines completed (or is in one of `statuses`)."""
+    while True:
+        state = await batch_state(client, batch_id)
+        if state["request_counts"]["completed"] >= done or state["status"] in statuses:
+            return
         await asyncio.sleep(0.05)
-    began, first = time.monotonic(), await completed(client, batch_id)
-    while (state := await batch_state(client, batch_id))["status"] not in ("completed", "failed"):
-        await asyncio.sleep(0.1)
-    return (state["request_counts"]["completed"] - first) / (time.monotonic() - began)
 
 
 async def one_request(client: httpx.AsyncClient, n: int, phase: Phase) -> None:
@@ -166,30 +171,68 @@ def row(name: str, phase: Phase) -> str:
     return f"| {name} | {len(phase.calls)} | {phase.errors} | {ms} |"
 
 
+@dataclass
+class Totals:
+    """What the rounds measured, pooled per condition."""
+
+    alone: Phase = field(default_factory=Phase)
+    mixed: Phase = field(default_factory=Phase)
+    busy_seconds: float = 0.0
+    alone_seconds: float = 0.0
+    lines_mixed: int = 0
+    seconds_mixed: float = 0.0
+    lines_alone: int = 0
+    seconds_alone: float = 0.0
+
+    def add(self, into: Phase, phase: Phase) -> None:
+        into.calls.extend(phase.calls)
+        into.errors += phase.errors
+
+
+async def round_of(client: httpx.AsyncClient, args: argparse.Namespace, n: int, t: Totals) -> None:
+    began = time.monotonic()
+    alone = await interactive(client, args.rate, args.seconds)
+    ended = time.monotonic()
+    t.add(t.alone, alone)
+    t.busy_seconds += alone.busy_share(began, ended) * (ended - began)
+    t.alone_seconds += ended - began
+
+    batch_id = await start_batch(client, args.lines, f"round{n}")
+    await wait_for(client, batch_id, 1)  # running: its first line is done
+    before, began = await completed(client, batch_id), time.monotonic()
+    mixed = await interactive(client, args.rate, args.seconds)
+    t.add(t.mixed, mixed)
+    t.lines_mixed += await completed(client, batch_id) - before
+    t.seconds_mixed += time.monotonic() - began
+
+    before, began = await completed(client, batch_id), time.monotonic()
+    await asyncio.sleep(args.seconds / 2)  # the batch with the engine to itself
+    t.lines_alone += await completed(client, batch_id) - before
+    t.seconds_alone += time.monotonic() - began
+    await client.post(f"/v1/batches/{batch_id}/cancel")
+    await wait_for(client, batch_id, 10**9, ("cancelled", "completed"))
+
+
 async def run(args: argparse.Namespace, url: str, admin_key: str) -> None:
     key = tenant(url, admin_key, f"bench-{int(time.time())}")
     headers = {"Authorization": f"Bearer {key}"}
+    totals = Totals()
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client:
         await interactive(client, args.rate, 3)  # warm-up: the engine, the caches
-        alone_rate = await batch_alone(client, args.alone_lines)
-        began = time.monotonic()
-        alone = await interactive(client, args.rate, args.seconds)
-        busy = alone.busy_share(began, time.monotonic())
+        for n in range(args.rounds):
+            await round_of(client, args, n, totals)
 
-        batch_id = await start_batch(client, args.lines, "mixed")
-        while await completed(client, batch_id) == 0:
-            await asyncio.sleep(0.05)
-        before, began = await completed(client, batch_id), time.monotonic()
-        mixed = await interactive(client, args.rate, args.seconds)
-        during = (await completed(client, batch_id) - before) / (time.monotonic() - began)
-        await client.post(f"/v1/batches/{batch_id}/cancel")
-
+    alone, mixed = totals.alone, totals.mixed
+    busy = totals.busy_seconds / totals.alone_seconds
+    alone_rate = totals.lines_alone / totals.seconds_alone
+    during = totals.lines_mixed / totals.seconds_mixed
     idle = alone_rate * (1 - busy)
     p99_alone, p99_mixed = pct(alone.latency(), 0.99), pct(mixed.latency(), 0.99)
     print(
-        f"\nrate {args.rate:g} req/s for {args.seconds:g} s per phase; interactive: "
-        f"{INTERACTIVE_WORDS} words in, {INTERACTIVE_TOKENS} tokens out (streamed); batch "
-        f"lines: {BATCH_WORDS} words in, {BATCH_TOKENS} tokens out; a {args.lines}-line batch"
+        f"\n{args.rounds} rounds of {args.seconds:g} s per condition; {args.rate:g} interactive "
+        f"req/s, {INTERACTIVE_WORDS} words in, {INTERACTIVE_TOKENS} tokens out (streamed); a "
+        f"{args.lines}-line batch per round, lines of {BATCH_WORDS} words in, "
+        f"{BATCH_TOKENS} tokens out"
     )
     print("\n| interactive | requests | errors | TTFT p50 ms | TTFT p99 ms | latency p50 ms "
           "| latency p99 ms |")  # fmt: skip
@@ -218,12 +261,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short phases (CI, shared hosts)")
     parser.add_argument("--rate", type=float, default=4.0, help="interactive requests per s")
     parser.add_argument("--seconds", type=float, default=None, help="each phase's length")
-    parser.add_argument("--lines", type=int, default=2000, help="lines of the mixed batch")
-    parser.add_argument("--alone-lines", type=int, default=None, help="lines of the solo batch")
+    parser.add_argument("--lines", type=int, default=2000, help="lines of each round's batch")
+    parser.add_argument("--rounds", type=int, default=None, help="alone/mixed rounds")
     parser.add_argument("--env", action="append", default=[], metavar="HYDRANT_X=V")
     args = parser.parse_args()
-    args.seconds = args.seconds or (20.0 if args.quick else 60.0)
-    args.alone_lines = args.alone_lines or (150 if args.quick else 400)
+    args.seconds = args.seconds or (10.0 if args.quick else 30.0)
+    args.rounds = args.rounds or (3 if args.quick else 4)
     extra = dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory(prefix="hydrant-batch-bench-") as folder:
         gateway = Gateway(Path(folder), extra_env=extra)

@@ -190,6 +190,7 @@ class InferenceServices:
                 Finisher(database, files, backend, lines),
                 lines,
                 metered=metered,
+                quiet=gate.quiet,
                 concurrency=settings.batch_lane_slots + 2,
             ),
             pools=pools,

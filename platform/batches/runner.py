@@ -26,6 +26,7 @@ import contextlib
 import logging
 import secrets
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -97,6 +98,7 @@ class BatchRunner:
         sealer: LineSealer,
         *,
         metered: MeteredLedger | None = None,
+        quiet: Callable[[str], Awaitable[None]] | None = None,
         concurrency: int = 8,
         owner: str | None = None,
     ) -> None:
@@ -107,6 +109,9 @@ class BatchRunner:
         self._finisher = finisher
         self._sealer = sealer
         self._metered = metered
+        # Waits until a model has no interactive request in flight (the gate's `quiet`):
+        # the runner's own CPU work (preparing lines, storing results) waits for the gaps.
+        self._quiet = quiet
         self._concurrency = max(1, concurrency)
         self.owner = owner or f"{socket.gethostname()}:{secrets.token_hex(4)}"
 
@@ -313,7 +318,12 @@ class BatchRunner:
         captured = _Captured()
         prompt_tokens = 0
         try:
-            model, prepared = prepare_body(self._api, principal, endpoint, line.body)
+            await self._gap(batch.model)
+            # Off the event loop (tokenizing, a chat template): the loop serves interactive
+            # requests' tokens meanwhile.
+            model, prepared = await asyncio.to_thread(
+                prepare_body, self._api, principal, endpoint, line.body
+            )
             cost = line_cost(prepared)
             prompt_tokens = cost.prompt_tokens
             price = _price(batch)
@@ -371,6 +381,7 @@ class BatchRunner:
     ) -> None:
         """The line's result, its ledger entry and its counts: one transaction, once.
         `prompt_tokens`: what the line held of the batch's enqueued tokens."""
+        await self._gap(batch.model)
         sealed = await asyncio.to_thread(
             self._sealer.seal, batch.tenant_id, batch.id, number, result
         )
@@ -409,6 +420,10 @@ class BatchRunner:
             return
         if self._metered is not None and ctx is not None and outcome is not None:
             self._metered.observe(ctx, outcome, price=_price(batch))
+
+    async def _gap(self, model: str) -> None:
+        if self._quiet is not None:
+            await self._quiet(model)
 
 
 def _price(batch: Batch) -> Price:

@@ -42,6 +42,14 @@ class BatchLane:
             await self._changed.wait()
         self.running += 1
 
+    async def quiet(self) -> None:
+        """Until no interactive request of the model is in flight: when a batch runner does
+        its own work (preparing the next lines, storing finished ones), so that its CPU
+        lands in the gaps too."""
+        while self.interactive:
+            self._changed.clear()
+            await self._changed.wait()
+
     def leave(self) -> None:
         self.running -= 1
         self._changed.set()

@@ -230,6 +230,10 @@ class QuotaGate:
             self._batch_lanes[model] = BatchLane(*self._batch_slots)
         return self._batch_lanes[model]
 
+    async def quiet(self, model: str) -> None:
+        """Until `model` has no interactive request in flight (see `BatchLane.quiet`)."""
+        await self.batch_lane(model).quiet()
+
     async def admit(self, ctx: RequestContext) -> Admission:
         def refused(reason: str) -> None:
             self._refused(ctx.tenant_id, reason)
