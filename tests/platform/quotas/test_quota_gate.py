@@ -282,3 +282,16 @@ async def test_a_batch_line_takes_no_interactive_rate_and_settles_its_share() ->
         await admission.settle(outcome(100, 20))  # used 100 in + 20 out: 0.00014
     (spend,) = checks
     assert await backend.usage(spend) == LimitUsage(used=280, reserved=0)
+
+
+async def test_quiet_waits_for_the_models_interactive_requests_to_end() -> None:
+    g = gate()
+    await asyncio.wait_for(g.quiet("demo"), 1)  # nothing in flight: at once
+    first, second = await g.admit(ctx(10, 10)), await g.admit(ctx(10, 10))
+    waiter = asyncio.create_task(g.quiet("demo"))
+    await first.settle(outcome(10, 10))
+    await asyncio.sleep(0.02)
+    assert not waiter.done()  # one still in flight
+    await second.settle(outcome(10, 10))
+    await asyncio.wait_for(waiter, 1)
+    await asyncio.wait_for(g.quiet("other"), 1)  # another model's traffic is not waited on
