@@ -158,7 +158,7 @@ def _drop_columns(table: str, *columns: str) -> None:
     mode: SQLite's batch mode rebuilds the table, and `plans` and `prices` are referenced
     by tenants and the ledger, whose foreign keys refuse the rebuild's DROP TABLE."""
     for column in columns:
-        op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        op.drop_column(table, column)
 
 
 def downgrade() -> None:
