@@ -79,7 +79,7 @@ def free_port() -> int:
 class Gateway:
     """`hydrant serve` on the embedded default in a temporary folder."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, extra_env: dict[str, str] | None = None) -> None:
         from hydrant.engine.demo_model import write_demo_model
         from hydrant.platform.keys import generate_key
 
@@ -98,6 +98,7 @@ class Gateway:
             "HYDRANT_LOG_FILE": str(base / "server.log"),
             "HYDRANT_KV_CACHE_BYTES": str(64 * 2**20),
             "HYDRANT_MAX_NUM_SEQS": "24",
+            **(extra_env or {}),
         }
         self.stderr = open(base / "server.stderr", "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(

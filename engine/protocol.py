@@ -47,6 +47,12 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
         return SamplingParams(**{f: getattr(self, f) for f in self.__struct_fields__})
 
 
+# Requests at this priority or a larger one are background work (the Batch API's lines):
+# the scheduler computes them only in steps where no foreground request is running, so
+# they fill the engine's idle time and never lengthen a foreground request's steps.
+BACKGROUND_PRIORITY = 1_000_000
+
+
 class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str
     prompt_token_ids: list[int]

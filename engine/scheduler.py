@@ -10,6 +10,12 @@ urgent requests first, then the least-served tenant. When a running
 sequence needs a block and none is free, the sequence last in that order is
 preempted (its blocks freed, to be recomputed later), possibly the one asking.
 
+Background requests (priority `BACKGROUND_PRIORITY` or more: batch lines) are paused,
+keeping their blocks, in every step where a foreground request runs or is admitted:
+each extra sequence lengthens a step, and a foreground request must not wait on
+background work. A foreground request waiting for blocks does not pause them (they
+finish and free their blocks); a running one that needs a block preempts them first.
+
 The scheduler owns the block manager: every allocation, fork, free and
 prefix-cache reset goes through it, so the engine never touches blocks.
 """
@@ -25,7 +31,7 @@ from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.fairness import VirtualTokenCounter
 from hydrant.engine.outputs import FinishReason
-from hydrant.engine.protocol import EngineStats
+from hydrant.engine.protocol import BACKGROUND_PRIORITY, EngineStats
 from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, Sequence, SequenceStatus
 from hydrant.engine.token_budget import TokenBudget
 
@@ -173,48 +179,62 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
+        foreground = any(not _background(s) for s in self.running)
         long_demand = sum(
-            s.num_uncomputed for s in (*self.running, *self.waiting) if s.lane == LONG_LANE
+            s.num_uncomputed
+            for s in (*self.running, *self.waiting)
+            if s.lane == LONG_LANE and not (foreground and _background(s))
         )
         budget = TokenBudget(self.config, long_demand)
-        self._schedule_running(budget, out)
+        self._schedule_running(budget, out, foreground)
         if not out.preempted:
-            self._schedule_waiting(budget, out)
+            self._schedule_waiting(budget, out, foreground)
         out.block_copies = self.block_manager.pop_copies()
         for item in out.scheduled:
             req = item.seq.request
             self.fairness.charge(req.tenant_id, item.num_new_tokens, req.tenant_weight)
         return out
 
-    def _schedule_running(self, budget: TokenBudget, out: SchedulerOutput) -> None:
+    def _schedule_running(
+        self, budget: TokenBudget, out: SchedulerOutput, pause_background: bool
+    ) -> None:
         pending = sorted(self.running, key=lambda s: (s.num_uncomputed > 1, self._key(s)))
         pending.reverse()  # pop() from the end takes the most deserving first
+        paused: list[Sequence] = []  # background ones not computed this step
         while pending:
             seq = pending.pop()
+            if pause_background and _background(seq):
+                paused.append(seq)  # still the first preemption victims of the others
+                continue
             wanted = budget.grant(seq.lane, seq.num_uncomputed)
             if wanted == 0:
                 continue
             start = seq.num_computed_tokens
             while not self.block_manager.allocate_slots(seq, wanted):
-                victim = max(pending, key=self._key) if pending else seq
+                candidates = pending + paused
+                victim = max(candidates, key=self._key) if candidates else seq
                 if victim is seq:
                     budget.refund(seq.lane, wanted)
                     self._preempt(seq, out)
                     break
-                pending.remove(victim)
+                (paused if victim in paused else pending).remove(victim)
                 self._preempt(victim, out)
             else:
                 out.scheduled.append(ScheduledSeq(seq, start, wanted))
 
-    def _schedule_waiting(self, budget: TokenBudget, out: SchedulerOutput) -> None:
+    def _schedule_waiting(
+        self, budget: TokenBudget, out: SchedulerOutput, pause_background: bool
+    ) -> None:
         admitted: list[Sequence] = []
-        for seq in sorted(self.waiting, key=self._key):
+        for seq in sorted(self.waiting, key=self._key):  # background ones come last
             if len(self.running) + len(admitted) >= self.config.max_num_seqs:
                 break
             if budget.total_left == 0:
                 break
             if budget.lane_left(seq.lane) == 0:
                 continue
+            if pause_background and _background(seq):
+                break  # every one left is background: they wait for an idle step
             # a prompt to score is computed in full: cached blocks have no logits to give
             params = seq.request.params
             whole = params.prompt_logprobs is not None or (params.embed and self.pool_every_token)
@@ -235,6 +255,7 @@ class Scheduler:
                 req.times.cached_tokens = seq.num_computed_tokens
             out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, wanted))
             admitted.append(seq)
+            pause_background = pause_background or not _background(seq)
         for seq in admitted:
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
@@ -246,3 +267,7 @@ class Scheduler:
             seq = item.seq
             seq.num_computed_tokens = item.start + item.num_new_tokens
             self.block_manager.commit_full_blocks(seq)
+
+
+def _background(seq: Sequence) -> bool:
+    return seq.request.priority >= BACKGROUND_PRIORITY

@@ -88,6 +88,12 @@ class Settings:
     default_max_tokens: int = 256
     tool_call_parsers: str = ""  # NAME=PARSER,…: overrides the format read from the template
     responses_store_days: int = 30  # Responses API answers kept this long; 0: none
+    files_max_bytes: int = 100 * 1024 * 1024  # one `/v1/files` upload at most
+    files_max_lines: int = 50_000  # lines of a `purpose=batch` file (one request each)
+    files_dir: Path | None = None  # a volume for file contents; None: in the database
+    files_retention_days: int = 30  # files (uploads and batch outputs) deleted after
+    batch_lane_slots: int = 8  # batch lines of one model a gateway runs at once, when idle
+    batch_lane_busy_slots: int = 0  # ... and while interactive requests of it are in flight
     price_input_per_mtok: Decimal = Decimal("0.10")
     price_cached_input_per_mtok: Decimal = Decimal("0.05")
     price_output_per_mtok: Decimal = Decimal("0.40")

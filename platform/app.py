@@ -24,6 +24,7 @@ from hydrant.platform.auth.dependencies import (
     provide_inference_principal,
     require_inference,
 )
+from hydrant.platform.batches.controllers import BatchesController
 from hydrant.platform.digests.controllers import (
     DigestAdminController,
     StuckDigestController,
@@ -32,6 +33,7 @@ from hydrant.platform.digests.controllers import (
 from hydrant.platform.digests.deps import provide_digest_service
 from hydrant.platform.dispatch.controllers import PoolAdminController
 from hydrant.platform.engines.controllers import EngineAdminController
+from hydrant.platform.files.controllers import MULTIPART_OVERHEAD_BYTES, FilesController
 from hydrant.platform.health.controllers import HealthController
 from hydrant.platform.http.errors import EXCEPTION_HANDLERS
 from hydrant.platform.http.hardening import cors_config, hardening_middleware
@@ -68,6 +70,7 @@ INFERENCE_CONTROLLERS = (
     EmbeddingsController,
     ScoringController,
     TokenizationController,
+    BatchesController,
 )
 
 
@@ -98,6 +101,15 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         handlers.append(
             Router(path="/", route_handlers=list(INFERENCE_CONTROLLERS), guards=[require_inference])
         )
+        # Uploads are larger than any request body: their own router, their own limit.
+        handlers.append(
+            Router(
+                path="/",
+                route_handlers=[FilesController],
+                guards=[require_inference],
+                request_max_body_size=settings.files_max_bytes + MULTIPART_OVERHEAD_BYTES,
+            )
+        )
         handlers.append(EngineAdminController)  # /admin/engines: limits and KV state
         if inference.pools is not None:
             handlers.append(PoolAdminController)  # /admin/pools: workers, hot swap
@@ -123,6 +135,7 @@ def dependencies(services: Services) -> dict[str, Provide]:
         "mailer": services.mailer,
         "served_models": services.models,
         "runtime": services.runtime,
+        "files": services.files,
     }
     deps = {name: _constant(value) for name, value in provided.items()}
     deps["db_session"] = Provide(provide_db_session)
@@ -130,6 +143,7 @@ def dependencies(services: Services) -> dict[str, Provide]:
     deps["digests"] = Provide(provide_digest_service)
     if services.inference is not None:
         deps["inference"] = _constant(services.inference.api)
+        deps["batches"] = _constant(services.inference.batches)
         if services.inference.pools is not None:
             deps["pools"] = _constant(services.inference.pools)
     return deps

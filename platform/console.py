@@ -1,4 +1,5 @@
-"""The control-plane services outside a request: for the console (`hydrant tenants …`).
+"""The control-plane services outside a request: for the console (`hydrant tenants …`,
+`hydrant batches …`).
 
 Same services as the admin API, made by the same providers (`*/deps.py`), on
 one session of the configured database (one unit of work: committed when the
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from hydrant.platform.auth.from_settings import build_authenticator
 from hydrant.platform.auth.principal import CONSOLE, Principal
+from hydrant.platform.batches.book import BatchBook
 from hydrant.platform.db.session import Database
 from hydrant.platform.keys.deps import provide_key_service
 from hydrant.platform.keys.service import KeyService
@@ -32,6 +34,7 @@ class AdminServices:
     plans: PlanService
     keys: KeyService
     prices: PriceService
+    batches: BatchBook
 
 
 @asynccontextmanager
@@ -48,6 +51,8 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
                 plans=await provide_plan_service(session, authenticator),
                 keys=await provide_key_service(session, authenticator, settings),
                 prices=await provide_price_service(session, authenticator),
+                # Its own short units of work: a cancel is seen by the batch's runner at once.
+                batches=BatchBook(database, tenant_only=False),
             )
     finally:
         await database.dispose()

@@ -6,8 +6,10 @@ names every domain's jobs; the jobs package only runs a table it is given.
 
 from __future__ import annotations
 
+from hydrant.platform.batches.tasks import TASKS as BATCH_TASKS
 from hydrant.platform.digests.tasks import TASKS as DIGEST_TASKS
 from hydrant.platform.dispatch.tasks import TASKS as POOL_TASKS
+from hydrant.platform.files.tasks import TASKS as FILE_TASKS
 from hydrant.platform.inference.responses.tasks import TASKS as RESPONSE_TASKS
 from hydrant.platform.jobs.registry import JobTable, Periodic
 from hydrant.platform.ledger.tasks import TASKS as LEDGER_TASKS
@@ -21,6 +23,10 @@ PERIODIC: tuple[Periodic, ...] = (
     Periodic("budget-alerts", "hydrant.budgets.check", 300.0),
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
+    Periodic("files-purge", "hydrant.files.purge", 3600.0),
+    # Starts batches no runner holds: a new one whose run was not enqueued, or one whose
+    # runner died (its lease lapsed), so a batch resumes within a lease and a sweep.
+    Periodic("batches-sweep", "hydrant.batches.sweep", 10.0),
     # The gateway replays its own spool every few seconds; this is for one that stopped.
     Periodic("spool-replay", "hydrant.ledger.replay_spool", 60.0, embedded=False),
     # Pools exist only with Redis, where Celery beat runs this; a gateway with pools also
@@ -29,6 +35,18 @@ PERIODIC: tuple[Periodic, ...] = (
     Periodic("scale-to-zero-reaper", "hydrant.pools.reap", 60.0, embedded=False),
 )
 
+# What a gateway whose engines live in it runs on its own loop when Celery runs the rest.
+BATCH_PERIODIC = tuple(p for p in PERIODIC if p.job == "hydrant.batches.sweep")
+
 JOB_TABLE = JobTable.of(
-    (*DIGEST_TASKS, *REPORT_TASKS, *LEDGER_TASKS, *RESPONSE_TASKS, *POOL_TASKS), PERIODIC
+    (
+        *DIGEST_TASKS,
+        *REPORT_TASKS,
+        *LEDGER_TASKS,
+        *RESPONSE_TASKS,
+        *FILE_TASKS,
+        *BATCH_TASKS,
+        *POOL_TASKS,
+    ),
+    PERIODIC,
 )

@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Protocol
 
 from litestar import Litestar
@@ -29,10 +31,16 @@ from hydrant.platform.auth.brute_force import build_brute_force_guard
 from hydrant.platform.auth.context import SERVICES_STATE_KEY, AuthContext
 from hydrant.platform.auth.from_settings import build_authenticator
 from hydrant.platform.auth.service import Authenticator
+from hydrant.platform.batches.finish import Finisher
+from hydrant.platform.batches.output import LineSealer
+from hydrant.platform.batches.runner import BatchRunner
+from hydrant.platform.batches.service import BatchService
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.session import Database
 from hydrant.platform.dispatch.service import PoolManager, build_pools
+from hydrant.platform.files.deps import build_file_store
+from hydrant.platform.files.service import FileStore
 from hydrant.platform.health.service import ModelRuntime
 from hydrant.platform.http.client_address import parse_trusted_proxies
 from hydrant.platform.inference.abuse import AbuseGuard
@@ -40,7 +48,8 @@ from hydrant.platform.inference.deps import InferenceApi
 from hydrant.platform.inference.responses.seal import ResponseSealer
 from hydrant.platform.inference.responses.store import ResponseStore
 from hydrant.platform.inference.service import InferenceService
-from hydrant.platform.job_table import JOB_TABLE
+from hydrant.platform.job_table import BATCH_PERIODIC, JOB_TABLE
+from hydrant.platform.jobs.context import JobContext
 from hydrant.platform.keys.service import store_bootstrap_key
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
@@ -102,6 +111,9 @@ class InferenceServices:
     inference: InferenceService
     abuse: AbuseGuard
     responses: ResponseStore
+    metered: MeteredLedger
+    batches: BatchService  # `/v1/batches`
+    runner: BatchRunner  # runs batches' lines through `inference`, for the batch jobs
     pools: PoolManager | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -122,15 +134,19 @@ class InferenceServices:
         database: Database,
         registry: ModelRegistry,
         metrics: GatewayMetrics,
-        sealer: ResponseSealer,
+        files: FileStore,
+        server_secret: Callable[[], bytes],
         *,
         quota_backend: QuotaBackend | None = None,
         pools: PoolManager | None = None,
+        spool_path: Path | None = None,
     ) -> InferenceServices:
         backend = quota_backend or make_quota_backend(settings)
         prices = PriceBook(database)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        spool = LedgerSpool(settings.data_dir / "ledger.spool", max_bytes=settings.spool_max_bytes)
+        spool = LedgerSpool(
+            spool_path or settings.data_dir / "ledger.spool", max_bytes=settings.spool_max_bytes
+        )
         device_price = DevicePrice(settings.device_price_per_hour)
         ledger = DatabaseLedger(database, spool, device_price, commit=settings.ledger_commit)
         metrics.watch_spool(spool)
@@ -139,10 +155,19 @@ class InferenceServices:
             prices,
             long_lane_slots=settings.long_lane_slots,
             long_lane_queue=settings.long_lane_queue,
+            batch_lane_slots=settings.batch_lane_slots,
+            batch_lane_busy_slots=settings.batch_lane_busy_slots,
             on_refusal=metrics.observe_quota_refusal,
             on_lane_wait=metrics.observe_long_lane_queue,
         )
         metered = MeteredLedger(ledger, metrics, prices=prices, device_price=device_price)
+        inference = InferenceService(gate, metered, ready=ledger.ensure_recordable)
+        abuse = AbuseGuard(on_event=lambda event: metrics.abuse_events.labels(event).inc())
+        responses = ResponseStore(
+            database, settings.responses_store_days, ResponseSealer(server_secret)
+        )
+        api = InferenceApi(registry, inference, abuse, responses, settings.default_max_tokens)
+        lines = LineSealer(server_secret)
         return cls(
             settings=settings,
             database=database,
@@ -152,9 +177,22 @@ class InferenceServices:
             spool=spool,
             ledger=ledger,
             gate=gate,
-            inference=InferenceService(gate, metered, ready=ledger.ensure_recordable),
-            abuse=AbuseGuard(on_event=lambda event: metrics.abuse_events.labels(event).inc()),
-            responses=ResponseStore(database, settings.responses_store_days, sealer),
+            inference=inference,
+            abuse=abuse,
+            responses=responses,
+            metered=metered,
+            batches=BatchService(database, files, api, backend, prices.batch),
+            runner=BatchRunner(
+                database,
+                files,
+                api,
+                ledger,
+                Finisher(database, files, backend, lines),
+                lines,
+                metered=metered,
+                quiet=gate.quiet,
+                concurrency=settings.batch_lane_slots + 2,
+            ),
             pools=pools,
         )
 
@@ -229,6 +267,7 @@ class Services:
     # `/metrics` renders every registry in this list at each scrape: engines add theirs.
     metric_registries: list[CollectorRegistry]
     models: tuple[ModelSpec, ...]
+    files: FileStore  # `/v1/files`: uploads and batch outputs, sealed at rest
     inference: InferenceServices | None = None
     # Started after the rest, stopped before it (and before the database closes): the
     # embedded default's job scheduler (hydrant.platform.jobs.scheduler) lives here.
@@ -294,11 +333,22 @@ def build_services(
     pools: PoolManager | None = None
     if registry is None and settings.worker_pools:
         registry, pools = build_pools(settings)  # a ConfigurationError: a usage error (cli)
+
+    # The authenticator's secret (resolved on first use): one read, one warning if unset.
+    def server_secret() -> bytes:
+        return authenticator.server_secret
+
+    files = build_file_store(settings, db, server_secret)
     if registry is not None:
-        # The authenticator's secret (resolved on first use): one read, one warning if unset.
-        sealer = ResponseSealer(lambda: authenticator.server_secret)
         inference = InferenceServices.build(
-            settings, db, registry, metrics, sealer, quota_backend=quota_backend, pools=pools
+            settings,
+            db,
+            registry,
+            metrics,
+            files,
+            server_secret,
+            quota_backend=quota_backend,
+            pools=pools,
         )
     # Failed key attempts per source, on the gateway's quota store (Redis: shared by all).
     brute_force = build_brute_force_guard(
@@ -317,13 +367,64 @@ def build_services(
         metrics=metrics,
         metric_registries=registries,
         models=tuple(models if models is not None else settings.served_models()),
+        files=files,
         inference=inference,
     )
     if run_jobs and settings.redis_url is None and settings.embedded_jobs:
         from hydrant.platform.jobs.scheduler import EmbeddedScheduler
 
-        services.background.append(EmbeddedScheduler(settings, db, JOB_TABLE))  # no Celery here
+        # No Celery here: the jobs run on this loop, batches' lines through this gateway.
+        runner = inference.runner if inference is not None else None
+        scheduler = EmbeddedScheduler(settings, db, JOB_TABLE, runtime=runner)
+        if inference is not None:
+            inference.batches.enqueue = scheduler.enqueue
+        services.background.append(scheduler)
+    elif run_jobs and settings.redis_url and inference is not None and inference.pools is None:
+        from hydrant.platform.jobs.scheduler import EmbeddedScheduler
+
+        # Celery runs the other jobs, but its workers cannot reach engines that live in this
+        # process: this gateway runs its batches itself (a Celery worker's run finds none).
+        scheduler = EmbeddedScheduler(
+            settings, db, JOB_TABLE, periodic=BATCH_PERIODIC, runtime=inference.runner
+        )
+        inference.batches.enqueue = scheduler.enqueue
+        services.background.append(scheduler)
     return services
+
+
+@contextlib.asynccontextmanager
+async def open_job_runtime(ctx: JobContext) -> AsyncIterator[BatchRunner | None]:
+    """What a Celery job worker runs batches' lines with: the same request path as a
+    gateway's, dispatching to the worker pools (`HYDRANT_WORKER_POOLS`), which any process
+    that reaches Redis can use; a pool at zero is woken by the first line. Without pools
+    the engines live inside the gateways, out of a job worker's reach: None, and the
+    batch jobs leave the work to a gateway's own loop."""
+    settings = ctx.settings
+    if not settings.worker_pools:
+        yield None
+        return
+    # Never starts workers of its own at start: only what its lines need is woken.
+    registry, pools = build_pools(replace(settings, pool_start_workers=0))
+    files = build_file_store(settings, ctx.database, lambda: ctx.server_secret)
+    spool = settings.data_dir / "jobs" / f"ledger-{os.getpid()}.spool"  # never the gateway's
+    inference = InferenceServices.build(
+        settings,
+        ctx.database,
+        registry,
+        GatewayMetrics(),
+        files,
+        lambda: ctx.server_secret,
+        pools=pools,
+        spool_path=spool,
+    )
+    await inference.prices.refresh()
+    await pools.start()
+    try:
+        yield inference.runner
+    finally:
+        await pools.stop()
+        inference.spool.close()
+        await inference.quota_backend.aclose()
 
 
 def services_of(app: Litestar) -> Services:

@@ -25,6 +25,7 @@ from hydrant.web.context import (
     provide_page,
     sign_in_url,
 )
+from hydrant.web.pages.batches import BatchPagesController
 from hydrant.web.pages.keys import KeyPagesController
 from hydrant.web.pages.models import ModelPagesController
 from hydrant.web.pages.reports import ReportPagesController
@@ -114,6 +115,7 @@ def web_router() -> Router:
             KeyPagesController,
             ModelPagesController,
             ReportPagesController,
+            BatchPagesController,
             create_static_files_router(
                 path="/static", directories=[STATIC], name="web-static", include_in_schema=False
             ),

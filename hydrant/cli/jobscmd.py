@@ -21,8 +21,11 @@ from hydrant.settings import Settings
 def _celery(settings: Settings) -> Any:
     from hydrant.platform.job_table import JOB_TABLE
     from hydrant.platform.jobs.celery_app import make_celery
+    from hydrant.platform.services import open_job_runtime
 
-    return make_celery(settings, JOB_TABLE)  # a ConfigurationError: a usage error (HydrantGroup)
+    # A ConfigurationError: a usage error (HydrantGroup). Batches' lines run through worker
+    # pools when the settings name some (`open_job_runtime`).
+    return make_celery(settings, JOB_TABLE, runtime=open_job_runtime)
 
 
 @click.group()
@@ -75,6 +78,7 @@ def jobs_run(cli: CliContext, name: str, args: tuple[str, ...]) -> None:
     """Run one job now, in this process (e.g. hydrant.digests.dispatch); prints its result."""
     from hydrant.platform.job_table import JOB_TABLE
     from hydrant.platform.jobs.context import open_job_context
+    from hydrant.platform.services import open_job_runtime
 
     jobs_by_name = JOB_TABLE.jobs
     if name not in jobs_by_name:
@@ -90,6 +94,10 @@ def jobs_run(cli: CliContext, name: str, args: tuple[str, ...]) -> None:
 
     async def run() -> Any:
         async with open_job_context(settings, lambda n, kw: queued.append((n, kw))) as ctx:
+            if jobs_by_name[name].runtime:  # a batch's lines: through worker pools, if any
+                async with open_job_runtime(ctx) as runtime:
+                    ctx.runtime = runtime
+                    return await jobs_by_name[name].fn(ctx, **kwargs)
             result = await jobs_by_name[name].fn(ctx, **kwargs)
             # What the job enqueued runs here too, in order, so one command does the work.
             while queued:

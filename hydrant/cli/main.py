@@ -8,6 +8,7 @@ import click
 
 from hydrant import __version__
 from hydrant.cli.admin import keys, tenants
+from hydrant.cli.batchcmd import batches
 from hydrant.cli.context import CliContext
 from hydrant.cli.database import migrate
 from hydrant.cli.jobscmd import jobs
@@ -55,7 +56,19 @@ def cli(ctx: click.Context, config_file: Path | None) -> None:
     ctx.obj = CliContext(config_file=config_file)
 
 
-for command in (serve, worker, migrate, tenants, keys, models, report, capacity, demo_model, jobs):
+for command in (
+    serve,
+    worker,
+    migrate,
+    tenants,
+    keys,
+    batches,
+    models,
+    report,
+    capacity,
+    demo_model,
+    jobs,
+):
     cli.add_command(command)
 cli.add_command(preflight)
 

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 
 HEADER = ("bucket", "tenant", "model", "requests", "input", "cached", "output", "charged",
-          "device_s", "device_cost", "margin")  # fmt: skip
+          "batch", "device_s", "device_cost", "margin")  # fmt: skip
 NUMBER_FIELDS = ("requests", "input_tokens", "cached_tokens", "output_tokens", "charged",
-                 "device_seconds", "device_cost", "margin")  # fmt: skip
+                 "batch_charged", "device_seconds", "device_cost", "margin")  # fmt: skip
 TEXT_COLUMNS = 3  # bucket, tenant, model: left-aligned; the numbers are right-aligned
 
 
@@ -51,8 +51,8 @@ def render_table(view: CostReportView) -> str:
     title = f"costs from {period.since} to {period.until} (exclusive) by {period.group_by}"
     rounded = totals.rounded
     footer = (
-        f"total charged {rounded.charged}, device cost {rounded.device_cost},"
-        f" margin {rounded.margin} (rounded to cents)"
+        f"total charged {rounded.charged} (batch {rounded.batch_charged}), device cost"
+        f" {rounded.device_cost}, margin {rounded.margin} (rounded to cents)"
     )
     return "\n".join([title, *rendered, footer])
 

@@ -11,15 +11,23 @@ from hydrant.platform.billing.money import (
     round_money,
     to_micro_units,
 )
-from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
+from hydrant.platform.billing.pricing import (
+    BATCH_DISCOUNT,
+    Price,
+    TokenUsage,
+    batch_price,
+    charge_for,
+)
 
 __all__ = [
+    "BATCH_DISCOUNT",
     "MICROS_PER_UNIT",
     "REPORT_PLACES",
     "STORAGE_PLACES",
     "DevicePrice",
     "Price",
     "TokenUsage",
+    "batch_price",
     "charge_for",
     "device_cost",
     "from_micro_units",

@@ -77,3 +77,41 @@ def charge_for(usage: TokenUsage, price: Price) -> Decimal:
         ctx.multiply(Decimal(usage.output_tokens), price.output_per_million),
     )
     return round_money(ctx.divide(total, Decimal(TOKENS_PER_PRICE_UNIT)))
+
+
+# A batch line's default price: half the interactive one (OpenAI's Batch API discount).
+# Why a discount at all: batch lines run in capacity interactive traffic leaves idle, at
+# the lowest priority, within a day, so they cost the platform less per token served.
+BATCH_DISCOUNT = Decimal("0.5")
+
+
+def batch_price(
+    interactive: Price,
+    *,
+    input_per_million: Decimal | None = None,
+    cached_input_per_million: Decimal | None = None,
+    output_per_million: Decimal | None = None,
+) -> Price:
+    """The price of a batch line: each part as the price version sets it, else half the
+    interactive part (exact: halving a decimal never rounds)."""
+
+    def half(value: Decimal) -> Decimal:
+        return MONEY_CONTEXT.multiply(value, BATCH_DISCOUNT)
+
+    return Price(
+        input_per_million=(
+            input_per_million
+            if input_per_million is not None
+            else half(interactive.input_per_million)
+        ),
+        output_per_million=(
+            output_per_million
+            if output_per_million is not None
+            else half(interactive.output_per_million)
+        ),
+        cached_input_per_million=(
+            cached_input_per_million
+            if cached_input_per_million is not None
+            else half(interactive.cached_rate)
+        ),
+    )

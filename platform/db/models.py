@@ -61,6 +61,9 @@ class Plan(Base):
     spend_per_month: Mapped[Decimal | None] = mapped_column(MONEY)
     fair_share_weight: Mapped[Decimal] = mapped_column(WEIGHT, default=Decimal(1))
     allowed_models: Mapped[list[str] | None] = mapped_column(JSON)
+    # The Batch API's queue limit (OpenAI's "enqueued tokens"): prompt tokens of a tenant's
+    # unfinished batches of one model, apart from every interactive limit (migration 0007).
+    batch_queue_tokens: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
@@ -152,7 +155,14 @@ class ModelDeployment(Base):
 
 
 class Price(Base):
-    """A price version: per million tokens, effective from a moment, never edited after use."""
+    """A price version: per million tokens, effective from a moment, never edited after use.
+
+    The `batch_*` prices are what a Batch API line is charged (migration 0007); NULL is
+    the default, half the interactive price (`billing.pricing.batch_price`), since batch
+    lines run in capacity interactive traffic leaves idle. Nullable, not backfilled: on
+    SQLite a NOT NULL column would rebuild `prices`, which the ledger references. The
+    service refuses negative prices (a CHECK would need that rebuild too).
+    """
 
     __tablename__ = "prices"
 
@@ -163,6 +173,9 @@ class Price(Base):
     input_per_mtok: Mapped[Decimal] = mapped_column(PRICE)
     cached_input_per_mtok: Mapped[Decimal] = mapped_column(PRICE)
     output_per_mtok: Mapped[Decimal] = mapped_column(PRICE)
+    batch_input_per_mtok: Mapped[Decimal | None] = mapped_column(PRICE)
+    batch_cached_input_per_mtok: Mapped[Decimal | None] = mapped_column(PRICE)
+    batch_output_per_mtok: Mapped[Decimal | None] = mapped_column(PRICE)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     __table_args__ = (
@@ -175,7 +188,11 @@ class Price(Base):
 
 
 class LedgerEntry(Base):
-    """Exactly one row per request, keyed by its id: inserts are insert-if-absent."""
+    """Exactly one row per request, keyed by its id: inserts are insert-if-absent.
+
+    `batch_id` names the batch a Batch API line belongs to (charged at the batch price);
+    NULL for interactive requests. No foreign key: the ledger outlives any batch row.
+    """
 
     __tablename__ = "ledger_entries"
 
@@ -194,6 +211,7 @@ class LedgerEntry(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    batch_id: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         CheckConstraint("status IN ('finished', 'stopped', 'aborted', 'failed')", name="status"),
@@ -203,6 +221,7 @@ class LedgerEntry(Base):
         ),
         Index(None, "tenant_id", "finished_at"),
         Index(None, "model_id", "finished_at"),
+        Index(None, "batch_id"),
     )
 
 
@@ -344,3 +363,11 @@ class StoredResponse(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (Index(None, "tenant_id", "created_at"), Index(None, "expires_at"))
+
+
+# --- The Batch API (issue #27): files, batches, their lines (db/batch_models.py) ----------
+# Imported here so that every table is on the metadata whenever the models are.
+from hydrant.platform.db.batch_models import Batch as Batch  # noqa: E402
+from hydrant.platform.db.batch_models import BatchLine as BatchLine  # noqa: E402
+from hydrant.platform.db.batch_models import FileBlob as FileBlob  # noqa: E402
+from hydrant.platform.db.batch_models import StoredFile as StoredFile  # noqa: E402

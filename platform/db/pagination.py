@@ -36,11 +36,14 @@ async def page_after(
     limit: int,
     after: str | None,
     cursor_scope: Select[Any] | None = None,
+    descending: bool = False,
 ) -> tuple[Sequence[T], bool]:
     """One page of `statement` (already scoped) and whether more rows follow it.
 
     `cursor_scope` is a scoped `select(model.created_at)` used to find the cursor
     row; it defaults to an unscoped lookup, for data that is not tenant data.
+    `descending`: newest first (OpenAI's files and batches lists), `after` then
+    names the last (oldest) row of the page before.
     """
     check_limit(limit)
     if after is not None:
@@ -48,9 +51,18 @@ async def page_after(
         moment = await session.scalar(lookup.where(model.id == after))
         if moment is None:
             raise InvalidRequest("unknown cursor: `after` must be an id from a page", param="after")
-        statement = statement.where(
-            or_(model.created_at > moment, and_(model.created_at == moment, model.id > after))
-        )
-    ordered = statement.order_by(model.created_at, model.id).limit(limit + 1)
+        if descending:
+            later = or_(
+                model.created_at < moment, and_(model.created_at == moment, model.id < after)
+            )
+        else:
+            later = or_(
+                model.created_at > moment, and_(model.created_at == moment, model.id > after)
+            )
+        statement = statement.where(later)
+    order = (
+        (model.created_at.desc(), model.id.desc()) if descending else (model.created_at, model.id)
+    )
+    ordered = statement.order_by(*order).limit(limit + 1)
     rows = (await session.scalars(ordered)).all()
     return rows[:limit], len(rows) > limit

@@ -236,8 +236,15 @@ class InferenceService:
         self.ledger = ledger
         self._ready = ready  # raises when the request could not be metered (spool full)
 
-    async def start(self, ctx: RequestContext, model: ServedModel) -> Generation:
-        """Admit, dispatch and wait for the first chunk; errors here are clean HTTP errors."""
+    async def start(
+        self, ctx: RequestContext, model: ServedModel, *, ledger: LedgerWriter | None = None
+    ) -> Generation:
+        """Admit, dispatch and wait for the first chunk; errors here are clean HTTP errors.
+
+        `ledger`: where this request's one entry goes instead of the service's ledger. The
+        Batch API's runner takes the outcome this way and writes the entry itself, in the
+        transaction that stores the line's result, so a line is billed exactly when it is
+        delivered."""
         if self._ready is not None:
             await self._ready()
         admission = await self.gatekeeper.admit(ctx)
@@ -276,7 +283,7 @@ class InferenceService:
         for started, first in zip(prompts, firsts, strict=True):
             if isinstance(first, GenerateChunk):  # all are, past the check above
                 started.first = first
-        return Generation(ctx, model, prompts, admission, self.ledger)
+        return Generation(ctx, model, prompts, admission, ledger or self.ledger)
 
     @staticmethod
     async def _refuse(

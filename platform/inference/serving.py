@@ -23,8 +23,9 @@ from hydrant.platform.inference.deps import InferenceApi
 from hydrant.platform.inference.params import PreparedRequest, check_constraint
 from hydrant.platform.inference.schemas import decode_body
 from hydrant.platform.inference.service import Generation
+from hydrant.platform.ledger.accounting import LedgerWriter
 from hydrant.platform.models.registry import ServedModel
-from hydrant.platform.quotas.admission import RequestContext
+from hydrant.platform.quotas.admission import BATCH_PRIORITY, BatchTicket, RequestContext
 
 SSE_HEADERS = {
     # Set here, not only as `media_type`: Litestar lets the handler's (JSON) media type win
@@ -53,14 +54,15 @@ def check_model_allowed(principal: Principal, model: str) -> None:
 
 
 def _context(
-    request: Request[Any, Any, Any],
+    request_id: str,
     principal: Principal,
     model: ServedModel,
     prepared: PreparedRequest,
     priority: int,
+    batch: BatchTicket | None = None,
 ) -> RequestContext[PreparedRequest]:
     return RequestContext(
-        request_id=request_id_for(request.scope),
+        request_id=request_id,
         tenant_id=principal.tenant_id or "admin",
         api_key_id=principal.key_id,
         key_prefix=principal.key_prefix,
@@ -70,6 +72,7 @@ def _context(
         priority=priority,
         plan=principal.plan,
         max_model_len=model.max_model_len,
+        batch=batch,
     )
 
 
@@ -102,6 +105,52 @@ async def serve(
     return await serve_body(request, api, principal, endpoint, body)
 
 
+def prepare_body(
+    api: InferenceApi, principal: Principal, endpoint: Endpoint, body: Any
+) -> tuple[ServedModel, PreparedRequest]:
+    """The model a body names and the request prepared from it (tokenized, checked): what
+    the Batch API also runs on every line of a batch when it is made."""
+    model = served_model(api, principal, body.model)
+    return model, endpoint.prepare(body, model, api.default_max_tokens)
+
+
+async def start_body(
+    api: InferenceApi,
+    principal: Principal,
+    endpoint: Endpoint,
+    body: Any,
+    request_id: str,
+) -> tuple[Generation, ServedModel, PreparedRequest]:
+    """The request path up to the first chunk, for a `/v1` request."""
+    model, prepared = prepare_body(api, principal, endpoint, body)
+    generation = await start_prepared(
+        api, principal, model, prepared, request_id, priority=body.priority
+    )
+    return generation, model, prepared
+
+
+async def start_prepared(
+    api: InferenceApi,
+    principal: Principal,
+    model: ServedModel,
+    prepared: PreparedRequest,
+    request_id: str,
+    *,
+    priority: int,
+    batch: BatchTicket | None = None,
+    ledger: LedgerWriter | None = None,
+) -> Generation:
+    """A prepared request screened, admitted and started: the path every request takes,
+    a Batch API line too (`batch`: at the lowest engine priority, through the gate's
+    batch lane; `ledger`: where its one entry goes, see `InferenceService.start`)."""
+    await check_constraint(prepared)
+    _screen(api, principal, model, prepared)
+    if batch is not None:
+        priority = BATCH_PRIORITY
+    ctx = _context(request_id, principal, model, prepared, priority, batch)
+    return await api.service.start(ctx, model, ledger=ledger)
+
+
 async def serve_body(
     request: Request[Any, Any, Any],
     api: InferenceApi,
@@ -109,12 +158,9 @@ async def serve_body(
     endpoint: Endpoint,
     body: Any,
 ) -> Any:
-    model = served_model(api, principal, body.model)
-    prepared = endpoint.prepare(body, model, api.default_max_tokens)
-    await check_constraint(prepared)
-    _screen(api, principal, model, prepared)
-    ctx = _context(request, principal, model, prepared, body.priority)
-    generation = await api.service.start(ctx, model)
+    generation, model, prepared = await start_body(
+        api, principal, endpoint, body, request_id_for(request.scope)
+    )
     if prepared.stream and endpoint.stream is not None:
         return Stream(
             endpoint.stream(generation, model.tokenizer),

@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery, Task
 
 from hydrant.errors import ConfigurationError
-from hydrant.platform.jobs.context import Job, open_job_context
+from hydrant.platform.jobs.context import Job, RuntimeFactory, open_job_context
 from hydrant.platform.jobs.registry import JobTable
 from hydrant.platform.mail.mailer import Mailer
 from hydrant.settings import Settings
@@ -32,8 +32,15 @@ NO_REDIS = (
 )
 
 
-def make_celery(settings: Settings, table: JobTable, *, mailer: Mailer | None = None) -> Celery:
-    """The app for `settings`, with every job of `table` registered and its beat schedule set."""
+def make_celery(
+    settings: Settings,
+    table: JobTable,
+    *,
+    mailer: Mailer | None = None,
+    runtime: RuntimeFactory | None = None,
+) -> Celery:
+    """The app for `settings`, with every job of `table` registered and its beat schedule set.
+    `runtime` opens what a job that needs it (`Job.runtime`) runs with, once per run."""
     if not settings.redis_url:
         raise ConfigurationError(NO_REDIS)
     app = Celery("hydrant", set_as_current=False)
@@ -65,16 +72,25 @@ def make_celery(settings: Settings, table: JobTable, *, mailer: Mailer | None = 
         app.send_task(name, kwargs=kwargs)
 
     for job in table.jobs.values():
-        _register(app, settings, job, enqueue, mailer)
+        _register(app, settings, job, enqueue, mailer, runtime)
     return app
 
 
 def _register(
-    app: Celery, settings: Settings, job: Job, enqueue: Any, mailer: Mailer | None
+    app: Celery,
+    settings: Settings,
+    job: Job,
+    enqueue: Any,
+    mailer: Mailer | None,
+    runtime: RuntimeFactory | None,
 ) -> None:
     async def run_once(kwargs: dict[str, Any]) -> Any:
         async with open_job_context(settings, enqueue, mailer=mailer) as ctx:
-            return await job.fn(ctx, **kwargs)
+            if not (job.runtime and runtime is not None):
+                return await job.fn(ctx, **kwargs)
+            async with runtime(ctx) as opened:
+                ctx.runtime = opened
+                return await job.fn(ctx, **kwargs)
 
     def run(task: Task, **kwargs: Any) -> Any:
         try:

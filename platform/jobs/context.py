@@ -13,7 +13,7 @@ so both runners call exactly the same code.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -38,6 +38,10 @@ class JobContext:
     mailer: Mailer
     enqueue: Enqueue
     clock: Callable[[], datetime] = utcnow
+    # What the process running the job holds for the jobs that need more than the database
+    # (`Job.runtime`): on the embedded loop the gateway's batch runner, in a Celery worker
+    # what `make_celery`'s runtime factory opened for the job; None where there is none.
+    runtime: object | None = None
 
     @cached_property
     def server_secret(self) -> bytes:
@@ -50,11 +54,17 @@ JobFn = Callable[..., Awaitable[Any]]
 
 @dataclass(frozen=True)
 class Job:
-    """A named job: `fn(ctx, **kwargs)`; kwargs are JSON values (they cross Redis)."""
+    """A named job: `fn(ctx, **kwargs)`; kwargs are JSON values (they cross Redis).
+    `runtime`: it needs `ctx.runtime` (a Celery worker opens one for it)."""
 
     name: str
     fn: JobFn
     retry_on: tuple[type[BaseException], ...] = field(default=RETRYABLE)
+    runtime: bool = False
+
+
+# Opens what `ctx.runtime` holds for one run of a job that needs it (None: nothing here).
+RuntimeFactory = Callable[[JobContext], AbstractAsyncContextManager[object | None]]
 
 
 @asynccontextmanager

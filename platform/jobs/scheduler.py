@@ -40,9 +40,10 @@ class EmbeddedScheduler:
         first_tick_after_s: float = 5.0,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
+        runtime: object | None = None,
     ) -> None:
         self.context = JobContext(
-            settings, database, mailer or make_mailer(settings), self.enqueue, clock
+            settings, database, mailer or make_mailer(settings), self.enqueue, clock, runtime
         )
         self.table = table
         chosen = table.periodic if periodic is None else periodic

@@ -17,6 +17,8 @@ from sqlalchemy import Insert, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hydrant.platform.billing.pricing import Price as PriceValue
+from hydrant.platform.billing.pricing import batch_price
 from hydrant.platform.db.models import LedgerEntry, ModelDeployment, Price
 
 _LEDGER = cast(Table, LedgerEntry.__table__)  # the mapped class's Core table
@@ -76,18 +78,19 @@ PG_COLUMNS = (
     "device_cost",
     "started_at",
     "finished_at",
+    "batch_id",
     "recorded_at",
 )
 PG_INSERT = """
 INSERT INTO ledger_entries (
     request_id, tenant_id, api_key_id, model_id, price_id, status,
     input_tokens, cached_tokens, output_tokens, charged, device_seconds, device_cost,
-    started_at, finished_at, recorded_at
+    started_at, finished_at, batch_id, recorded_at
 )
 SELECT * FROM unnest(
     $1::varchar[], $2::varchar[], $3::varchar[], $4::varchar[], $5::varchar[], $6::varchar[],
     $7::int4[], $8::int4[], $9::int4[], $10::numeric[], $11::numeric[], $12::numeric[],
-    $13::timestamptz[], $14::timestamptz[], $15::timestamptz[]
+    $13::timestamptz[], $14::timestamptz[], $15::varchar[], $16::timestamptz[]
 )
 ON CONFLICT (request_id) DO NOTHING
 RETURNING request_id
@@ -100,7 +103,7 @@ async def insert_if_absent_pg(
     """`insert_if_absent` on a raw asyncpg connection outside any transaction (autocommit)."""
     if not rows:
         return 0
-    columns = [[row[name] for row in rows] for name in PG_COLUMNS[:-1]]
+    columns = [[row.get(name) for row in rows] for name in PG_COLUMNS[:-1]]
     columns.append([recorded_at] * len(rows))
     return len(await driver.fetch(PG_INSERT, *columns))
 
@@ -138,6 +141,39 @@ class PriceVersion:
     input_per_mtok: Decimal
     cached_input_per_mtok: Decimal
     output_per_mtok: Decimal
+    # A Batch API line's prices; None: half the interactive one (`billing.batch_price`).
+    batch_input_per_mtok: Decimal | None = None
+    batch_cached_input_per_mtok: Decimal | None = None
+    batch_output_per_mtok: Decimal | None = None
+
+    def price(self, *, batch: bool = False) -> PriceValue:
+        """What a request is charged at under this version: interactive, or a batch line."""
+        interactive = PriceValue(
+            input_per_million=self.input_per_mtok,
+            output_per_million=self.output_per_mtok,
+            cached_input_per_million=self.cached_input_per_mtok,
+        )
+        if not batch:
+            return interactive
+        return batch_price(
+            interactive,
+            input_per_million=self.batch_input_per_mtok,
+            cached_input_per_million=self.batch_cached_input_per_mtok,
+            output_per_million=self.batch_output_per_mtok,
+        )
+
+    @classmethod
+    def of(cls, row: Price) -> PriceVersion:
+        return cls(
+            row.id,
+            row.effective_from,
+            row.input_per_mtok,
+            row.cached_input_per_mtok,
+            row.output_per_mtok,
+            row.batch_input_per_mtok,
+            row.batch_cached_input_per_mtok,
+            row.batch_output_per_mtok,
+        )
 
 
 async def price_versions(session: AsyncSession, model_id: str) -> list[PriceVersion]:
@@ -145,12 +181,7 @@ async def price_versions(session: AsyncSession, model_id: str) -> list[PriceVers
     rows = await session.scalars(
         select(Price).where(Price.model_id == model_id).order_by(Price.effective_from)
     )
-    return [
-        PriceVersion(
-            p.id, p.effective_from, p.input_per_mtok, p.cached_input_per_mtok, p.output_per_mtok
-        )
-        for p in rows
-    ]
+    return [PriceVersion.of(p) for p in rows]
 
 
 async def count_entries(session: AsyncSession) -> int:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from sqlalchemy.exc import DataError, IntegrityError
 
 from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_from_ns
-from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
+from hydrant.platform.billing.pricing import TokenUsage, charge_for
 from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import ServiceUnavailable
@@ -85,6 +85,30 @@ def _unrecordable() -> ServiceUnavailable:
 
 def _iso(value: datetime) -> str:
     return value.isoformat()
+
+
+def raw_entry(ctx: Metered, outcome: Outcome, batch_id: str | None = None) -> dict[str, Any]:
+    """A request's entry as the spool keeps it and `price_entry` prices it (pricing happens
+    when it is written, at the version in force when the request started). `batch_id`: a
+    Batch API line, priced at the batch price (the batch runner writes those itself, in
+    the transaction that stores the line's result)."""
+    u = outcome.usage
+    raw: dict[str, Any] = {
+        "request_id": ctx.request_id,
+        "tenant_id": ctx.tenant_id,
+        "api_key_id": ctx.api_key_id,
+        "model": ctx.model,
+        "status": outcome.status,
+        "input_tokens": u.prompt_tokens,
+        "cached_tokens": u.cached_tokens,
+        "output_tokens": u.completion_tokens,
+        "device_ns": u.device_ns,
+        "started_at": _iso(ctx.started_at),
+        "finished_at": _iso(outcome.finished_at),
+    }
+    if batch_id is not None:
+        raw["batch_id"] = batch_id
+    return raw
 
 
 class DatabaseLedger:
@@ -315,21 +339,7 @@ class DatabaseLedger:
         future.result()
 
     def _spool_entry(self, ctx: Metered, outcome: Outcome) -> dict[str, Any]:
-        """What replay needs to build the entry later (pricing happens at replay)."""
-        u = outcome.usage
-        return {
-            "request_id": ctx.request_id,
-            "tenant_id": ctx.tenant_id,
-            "api_key_id": ctx.api_key_id,
-            "model": ctx.model,
-            "status": outcome.status,
-            "input_tokens": u.prompt_tokens,
-            "cached_tokens": u.cached_tokens,
-            "output_tokens": u.completion_tokens,
-            "device_ns": u.device_ns,
-            "started_at": _iso(ctx.started_at),
-            "finished_at": _iso(outcome.finished_at),
-        }
+        return raw_entry(ctx, outcome)
 
     async def _model_id(self, session: Any, name: str) -> str:
         """The model's row id; a missing row is created and committed on its own first, so the
@@ -373,16 +383,10 @@ class DatabaseLedger:
             output_tokens=int(raw["output_tokens"]),
             cached_input_tokens=int(raw["cached_tokens"]),
         )
+        batch_id = raw.get("batch_id")  # a Batch API line: charged at the batch price
         charged = Decimal(0)
         if price_row is not None:
-            charged = charge_for(
-                usage,
-                Price(
-                    input_per_million=price_row.input_per_mtok,
-                    output_per_million=price_row.output_per_mtok,
-                    cached_input_per_million=price_row.cached_input_per_mtok,
-                ),
-            )
+            charged = charge_for(usage, price_row.price(batch=batch_id is not None))
         seconds = seconds_from_ns(int(raw["device_ns"]))
         return {
             "request_id": raw["request_id"],
@@ -399,6 +403,7 @@ class DatabaseLedger:
             "device_cost": device_cost(seconds, self.device_price),
             "started_at": started_at,
             "finished_at": datetime.fromisoformat(raw["finished_at"]),
+            "batch_id": batch_id,
         }
 
     async def replay_spool(self) -> int:

@@ -59,12 +59,17 @@ class MeteredLedger:
 
     async def record(self, ctx: Metered, outcome: Outcome) -> None:
         await self.inner.record(ctx, outcome)
+        self.observe(ctx, outcome)
+
+    def observe(self, ctx: Metered, outcome: Outcome, *, price: Price | None = None) -> None:
+        """The metrics of one recorded entry (`price`: what it was charged at, when not the
+        model's interactive price: a Batch API line's, recorded by the batch runner)."""
         try:
-            self._observe(ctx, outcome)
+            self._observe(ctx, outcome, price)
         except Exception as exc:  # a metrics bug must not turn a served request into an error
             log.warning("could not update gateway metrics: %s", type(exc).__name__)
 
-    def _observe(self, ctx: Metered, outcome: Outcome) -> None:
+    def _observe(self, ctx: Metered, outcome: Outcome, charged_at: Price | None) -> None:
         usage = outcome.usage
         seconds = seconds_from_ns(usage.device_ns)
         self.metrics.observe_request(
@@ -79,7 +84,7 @@ class MeteredLedger:
         overhead = overhead_seconds(ctx, outcome)
         if overhead is not None:
             self.metrics.observe_overhead(ctx.model, overhead)
-        price = self.prices(ctx.model) if self.prices is not None else None
+        price = charged_at or (self.prices(ctx.model) if self.prices is not None else None)
         if price is None and self.device_price is None:
             return
         tokens = TokenUsage(

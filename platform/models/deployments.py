@@ -19,6 +19,7 @@ from decimal import Decimal
 from sqlalchemy import select
 
 from hydrant.platform.billing.pricing import Price as PriceValue
+from hydrant.platform.billing.pricing import batch_price
 from hydrant.platform.db.models import ModelDeployment, Price
 from hydrant.platform.db.session import Database
 from hydrant.settings import ModelSpec
@@ -57,16 +58,21 @@ async def ensure_deployments(
 
 
 class PriceBook:
-    """Prices in force now, by model name; `refresh()` reloads them from the database."""
+    """Prices in force now, by model name; `refresh()` reloads them from the database.
+    Calling it gives a model's interactive price, `batch()` its Batch API price."""
 
     def __init__(self, database: Database, refresh_s: float = 30.0) -> None:
         self.database = database
         self.refresh_s = refresh_s
         self._prices: dict[str, PriceValue] = {}
+        self._batch_prices: dict[str, PriceValue] = {}
         self._task: asyncio.Task[None] | None = None
 
     def __call__(self, model: str) -> PriceValue | None:
         return self._prices.get(model)
+
+    def batch(self, model: str) -> PriceValue | None:
+        return self._batch_prices.get(model)
 
     async def refresh(self) -> None:
         now = datetime.now(UTC)
@@ -80,13 +86,20 @@ class PriceBook:
                 )
             ).all()
         prices: dict[str, PriceValue] = {}
+        batch_prices: dict[str, PriceValue] = {}
         for name, price in rows:  # ordered by time: the last one per model is in force
             prices[name] = PriceValue(
                 input_per_million=Decimal(price.input_per_mtok),
                 output_per_million=Decimal(price.output_per_mtok),
                 cached_input_per_million=Decimal(price.cached_input_per_mtok),
             )
-        self._prices = prices
+            batch_prices[name] = batch_price(
+                prices[name],
+                input_per_million=price.batch_input_per_mtok,
+                cached_input_per_million=price.batch_cached_input_per_mtok,
+                output_per_million=price.batch_output_per_mtok,
+            )
+        self._prices, self._batch_prices = prices, batch_prices
 
     def start(self) -> None:
         if self._task is None:

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct
 
 from hydrant.platform.db.models import ModelDeployment, Price
+from hydrant.platform.ledger.repository import PriceVersion
 from hydrant.platform.prices.decimal_text import DecimalText, format_decimal
 
 AwareDateTime = Annotated[datetime, Meta(tz=True)]
@@ -55,11 +56,15 @@ class DeploymentList(Struct, kw_only=True):
 
 
 class PriceCreate(Struct, kw_only=True, forbid_unknown_fields=True):
-    """Per million tokens. `cached_input_per_mtok` defaults to the input price."""
+    """Per million tokens. `cached_input_per_mtok` defaults to the input price; each
+    `batch_*` price (a Batch API line's) to half its interactive price."""
 
     input_per_mtok: DecimalText
     output_per_mtok: DecimalText
     cached_input_per_mtok: DecimalText | None = None
+    batch_input_per_mtok: DecimalText | None = None
+    batch_cached_input_per_mtok: DecimalText | None = None
+    batch_output_per_mtok: DecimalText | None = None
     currency: Annotated[str, Meta(pattern=r"^[A-Z]{3}$")] = "USD"
     effective_from: AwareDateTime | None = None  # now when omitted
 
@@ -73,10 +78,16 @@ class PriceView(Struct, kw_only=True):
     input_per_mtok: str
     cached_input_per_mtok: str
     output_per_mtok: str
+    # What a Batch API line is charged under this version (half the interactive price
+    # unless it was set).
+    batch_input_per_mtok: str
+    batch_cached_input_per_mtok: str
+    batch_output_per_mtok: str
     created_at: datetime
 
     @classmethod
     def of(cls, price: Price) -> PriceView:
+        batch = PriceVersion.of(price).price(batch=True)
         return cls(
             id=price.id,
             model_id=price.model_id,
@@ -85,6 +96,9 @@ class PriceView(Struct, kw_only=True):
             input_per_mtok=format_decimal(price.input_per_mtok),
             cached_input_per_mtok=format_decimal(price.cached_input_per_mtok),
             output_per_mtok=format_decimal(price.output_per_mtok),
+            batch_input_per_mtok=format_decimal(batch.input_per_million),
+            batch_cached_input_per_mtok=format_decimal(batch.cached_rate),
+            batch_output_per_mtok=format_decimal(batch.output_per_million),
             created_at=price.created_at,
         )
 

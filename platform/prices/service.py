@@ -79,6 +79,13 @@ class PriceService:
                 input_price if cached is None else _price(cached, "cached_input_per_mtok")
             ),
             output_per_mtok=_price(body.output_per_mtok, "output_per_mtok"),
+            batch_input_per_mtok=_optional_price(body.batch_input_per_mtok, "batch_input_per_mtok"),
+            batch_cached_input_per_mtok=_optional_price(
+                body.batch_cached_input_per_mtok, "batch_cached_input_per_mtok"
+            ),
+            batch_output_per_mtok=_optional_price(
+                body.batch_output_per_mtok, "batch_output_per_mtok"
+            ),
             created_at=now,
         )
         if await repository.price_starting_at(self._session, model.id, effective_from):
@@ -99,6 +106,11 @@ class PriceService:
             await self._session.flush()
         except IntegrityError:
             raise Conflict(conflict) from None
+
+
+def _optional_price(value: str | int | None, param: str) -> Decimal | None:
+    """A batch price as set, or None: half the interactive price (the default)."""
+    return None if value is None else _price(value, param)
 
 
 def _price(value: str | int, param: str) -> Decimal:

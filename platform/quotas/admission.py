@@ -11,12 +11,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 
-from hydrant.engine.protocol import Sampling
+from hydrant.engine.protocol import BACKGROUND_PRIORITY, Sampling
+from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.ledger.accounting import Outcome
+from hydrant.platform.quotas.checks import Admission as Reservation
 from hydrant.platform.quotas.policy import PlanPolicy
+
+# The engine priority of a Batch API line: background, so the scheduler computes it only in
+# steps where no interactive request runs, and preempts it first when KV blocks run out.
+BATCH_PRIORITY = BACKGROUND_PRIORITY
 
 
 class PromptShape(Protocol):
@@ -46,6 +53,19 @@ class Prepared(Protocol):
 P = TypeVar("P", bound=Prepared)
 
 
+@dataclass(frozen=True)
+class BatchTicket:
+    """What makes a request a Batch API line: its batch, the budget reservation the batch
+    made at creation (None: the plan has no budgets), this line's share of it (given back
+    when the line settles) and the batch price it is charged at."""
+
+    batch_id: str
+    reservation: Reservation | None
+    reserved_tokens: int
+    reserved_money: Decimal
+    price: Price
+
+
 @dataclass
 class RequestContext(Generic[P]):
     """Who asked for what; the request id keys the ledger entry (idempotent)."""
@@ -61,6 +81,7 @@ class RequestContext(Generic[P]):
     plan: PlanPolicy | None = None
     max_model_len: int | None = None
     started_at: datetime = field(default_factory=utcnow)
+    batch: BatchTicket | None = None  # a Batch API line: the gate's batch lane, not the rates
 
 
 class Admission(Protocol):

@@ -21,6 +21,14 @@ class QuotaBackend(Protocol):
         """Free the slots and settle reservations to the actual amounts (idempotent per object)."""
         ...
 
+    async def settle_part(
+        self, admission: Admission, release: Mapping[str, int], spend: Mapping[str, int]
+    ) -> None:
+        """Settle part of a budget reservation that stays open (a Batch API batch's, one line
+        at a time): give back `release` of what each named budget holds (never more than it
+        holds) and count `spend` as used. Windows and slots are not touched."""
+        ...
+
     async def renew(self, admission: Admission) -> bool:
         """Extend the leases of a long-running request; False if a lease had already expired."""
         ...

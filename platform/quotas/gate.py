@@ -5,6 +5,10 @@ Order matters: a request that can never be served (prompt too long) is a
 model's long lane before it takes any rate or budget; budgets reserve the
 request's maximum cost and settle to its actual cost, so concurrent requests
 cannot overspend.
+
+A Batch API line (`ctx.batch`) takes the model's batch lane instead (batch_lane.py):
+no interactive rate applies to it, its budget was reserved when its batch was made,
+and it settles its own share of that reservation when it ends.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ from hydrant.platform.quotas import (
     classify,
     settle_amounts,
 )
-from hydrant.platform.quotas.admission import Admission, Prepared, RequestContext
+from hydrant.platform.quotas.admission import Admission, BatchTicket, Prepared, RequestContext
+from hydrant.platform.quotas.batch_lane import BatchLane
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +111,20 @@ class LongLane:
             granted.set_result(None)
 
 
+def _money(outcome: Outcome, price: Price | None) -> Decimal:
+    if price is None:
+        return Decimal(0)
+    usage = outcome.usage
+    return charge_for(
+        TokenUsage(
+            input_tokens=usage.prompt_tokens,
+            output_tokens=usage.completion_tokens,
+            cached_input_tokens=usage.cached_tokens,
+        ),
+        price,
+    )
+
+
 @dataclass
 class _Settlement:
     backend: QuotaBackend
@@ -113,25 +132,18 @@ class _Settlement:
     lane: LongLane | None
     price: Price | None
     prompts: int = 1
+    batch_lane: BatchLane | None = None  # the model's, told when an interactive request ends
 
     async def settle(self, outcome: Outcome) -> None:
+        if self.batch_lane is not None:
+            self.batch_lane.interactive_ended()
         try:
             if self.admission is not None and self.admission.metered:
                 usage = outcome.usage
-                money = Decimal(0)
-                if self.price is not None:
-                    money = charge_for(
-                        TokenUsage(
-                            input_tokens=usage.prompt_tokens,
-                            output_tokens=usage.completion_tokens,
-                            cached_input_tokens=usage.cached_tokens,
-                        ),
-                        self.price,
-                    )
                 actual = settle_amounts(
                     self.admission,
                     tokens=usage.prompt_tokens + usage.completion_tokens,
-                    money=money,
+                    money=_money(outcome, self.price),
                 )
                 await self.backend.settle(self.admission, actual)
         finally:
@@ -139,19 +151,38 @@ class _Settlement:
                 self.lane.leave(self.prompts)
 
 
+@dataclass
+class _LineSettlement:
+    """A batch line's end: its share of the batch's reservation given back, what it used
+    counted (at the batch price), its place in the batch lane freed."""
+
+    backend: QuotaBackend
+    ticket: BatchTicket
+    lane: BatchLane
+
+    async def settle(self, outcome: Outcome) -> None:
+        try:
+            reservation = self.ticket.reservation
+            if reservation is not None:
+                usage = outcome.usage
+                release = settle_amounts(
+                    reservation,
+                    tokens=self.ticket.reserved_tokens,
+                    money=self.ticket.reserved_money,
+                )
+                spend = settle_amounts(
+                    reservation,
+                    tokens=usage.prompt_tokens + usage.completion_tokens,
+                    money=_money(outcome, self.ticket.price),
+                )
+                await self.backend.settle_part(reservation, release, spend)
+        finally:
+            self.lane.leave()
+
+
 def _quota(ctx: RequestContext) -> tuple[TierPolicy, TenantQuota]:
     plan = ctx.plan
-    if plan is None:
-        return TierPolicy(), TenantQuota()
-    return plan.tiers, TenantQuota(
-        requests_per_minute=plan.requests_per_minute,
-        tokens_per_minute=plan.tokens_per_minute,
-        max_concurrent=plan.max_concurrent_requests,
-        tokens_per_day=plan.tokens_per_day,
-        tokens_per_month=plan.tokens_per_month,
-        spend_per_day=plan.spend_per_day,
-        spend_per_month=plan.spend_per_month,
-    )
+    return (plan.tiers if plan is not None else TierPolicy()), TenantQuota.of(plan)
 
 
 _LIMIT_WORDS = {
@@ -174,6 +205,8 @@ class QuotaGate:
         *,
         long_lane_slots: int = 2,
         long_lane_queue: int = 64,
+        batch_lane_slots: int = 8,
+        batch_lane_busy_slots: int = 0,
         on_refusal: Callable[[str, str], None] | None = None,
         on_lane_wait: Callable[[str, float], None] | None = None,
     ) -> None:
@@ -182,6 +215,8 @@ class QuotaGate:
         self._lanes: dict[str, LongLane] = {}
         self._lane_slots = long_lane_slots
         self._lane_queue = long_lane_queue
+        self._batch_lanes: dict[str, BatchLane] = {}
+        self._batch_slots = (batch_lane_slots, batch_lane_busy_slots)
         self._refused = on_refusal or (lambda tenant, reason: None)
         self._lane_waited = on_lane_wait or (lambda model, seconds: None)
 
@@ -190,14 +225,40 @@ class QuotaGate:
             self._lanes[model] = LongLane(self._lane_slots, self._lane_queue)
         return self._lanes[model]
 
+    def batch_lane(self, model: str) -> BatchLane:
+        if model not in self._batch_lanes:
+            self._batch_lanes[model] = BatchLane(*self._batch_slots)
+        return self._batch_lanes[model]
+
+    async def quiet(self, model: str) -> None:
+        """Until `model` has no interactive request in flight (see `BatchLane.quiet`)."""
+        await self.batch_lane(model).quiet()
+
     async def admit(self, ctx: RequestContext) -> Admission:
         def refused(reason: str) -> None:
             self._refused(ctx.tenant_id, reason)
 
         policy, quota = _quota(ctx)
+        tier = self._tier(ctx.prepared, policy, ctx.max_model_len, refused)
+        if ctx.batch is not None:
+            lane = self.batch_lane(ctx.model)
+            await lane.enter()
+            return _LineSettlement(self.backend, ctx.batch, lane)
+        settlement = await self._admit_interactive(ctx, policy, quota, tier, refused)
+        settlement.batch_lane = self.batch_lane(ctx.model)
+        settlement.batch_lane.interactive_started()
+        return settlement
+
+    async def _admit_interactive(
+        self,
+        ctx: RequestContext,
+        policy: TierPolicy,
+        quota: TenantQuota,
+        tier: TierDecision,
+        refused: Callable[[str], None],
+    ) -> _Settlement:
         prepared = ctx.prepared
         prompts = len(prepared.prompts)
-        tier = self._tier(prepared, policy, ctx.max_model_len, refused)
         if tier.requests_per_s is not None and prompts > tier.requests_per_s:
             refused("batch_over_key_rate")
             raise InvalidRequest(

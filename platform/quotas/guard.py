@@ -105,6 +105,18 @@ class GuardedQuotaBackend:
             return
         self.outage.success()
 
+    async def settle_part(
+        self, admission: Admission, release: Mapping[str, int], spend: Mapping[str, int]
+    ) -> None:
+        try:
+            await self._inner.settle_part(admission, release, spend)
+        except QuotaBackendUnavailable as exc:
+            # Like `settle`: never raised, never retried (it may have run); the batch's
+            # lease gives the reservation back at the latest when its window ends.
+            self.outage.failure(exc, self._consequence)
+            return
+        self.outage.success()
+
     async def renew(self, admission: Admission) -> bool:
         try:
             held = await self._inner.renew(admission)

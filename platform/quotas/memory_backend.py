@@ -153,6 +153,23 @@ class InMemoryQuotaBackend:
         admission.settled = True
         self._sweep(self._clock())
 
+    async def settle_part(
+        self, admission: Admission, release: Mapping[str, int], spend: Mapping[str, int]
+    ) -> None:
+        if admission.settled or not admission.metered:
+            return
+        rid = admission.reservation_id
+        for check in admission.checks:
+            if not isinstance(check, BudgetCheck):
+                continue
+            budget = self._budgets.setdefault(check.key, _Budget(period_end=check.period_end))
+            lease = budget.leases.get(rid)
+            if lease is not None:
+                given = min(lease[1], max(0, int(release.get(check.name, 0))))
+                budget.leases[rid] = (lease[0], lease[1] - given)
+                budget.reserved -= given
+            budget.spent += max(0, int(spend.get(check.name, 0)))
+
     async def renew(self, admission: Admission) -> bool:
         if admission.settled or not admission.metered:
             return False

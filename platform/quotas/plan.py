@@ -21,6 +21,7 @@ from hydrant.platform.quotas.checks import (
     WindowCheck,
 )
 from hydrant.platform.quotas.periods import BudgetPeriod, period_window
+from hydrant.platform.quotas.policy import PlanPolicy
 from hydrant.platform.quotas.tiers import TierDecision
 
 KEY_RATE = "key_rate"
@@ -50,6 +51,21 @@ class TenantQuota:
             value = getattr(self, name)
             if value is not None and require_money(value, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+
+    @classmethod
+    def of(cls, plan: PlanPolicy | None) -> TenantQuota:
+        """A plan's limits (none without a plan)."""
+        if plan is None:
+            return cls()
+        return cls(
+            requests_per_minute=plan.requests_per_minute,
+            tokens_per_minute=plan.tokens_per_minute,
+            max_concurrent=plan.max_concurrent_requests,
+            tokens_per_day=plan.tokens_per_day,
+            tokens_per_month=plan.tokens_per_month,
+            spend_per_day=plan.spend_per_day,
+            spend_per_month=plan.spend_per_month,
+        )
 
 
 def _require_id(value: str, name: str) -> str:
@@ -92,19 +108,49 @@ def build_checks(
         )
     if quota.max_concurrent is not None:
         checks.append(ConcurrencyCheck(CONCURRENCY, f"{tag}:conc", quota.max_concurrent, lease_s))
+    checks.extend(budget_checks(tag, quota, reserve_tokens, micros, at, lease_s))
+    return tuple(checks)
+
+
+def budget_checks(
+    tag: str, quota: TenantQuota, reserve_tokens: int, micros: int, at: datetime, lease_s: float
+) -> list[BudgetCheck]:
     budgets: list[tuple[str, int | None, int, str, BudgetPeriod]] = [
         (TOKENS_DAY, quota.tokens_per_day, reserve_tokens, "tokens", BudgetPeriod.DAY),
         (TOKENS_MONTH, quota.tokens_per_month, reserve_tokens, "tokens", BudgetPeriod.MONTH),
         (SPEND_DAY, _micros(quota.spend_per_day), micros, "spend", BudgetPeriod.DAY),
         (SPEND_MONTH, _micros(quota.spend_per_month), micros, "spend", BudgetPeriod.MONTH),
     ]
+    checks = []
     for name, limit, amount, unit, period in budgets:
         if limit is None:
             continue
         window = period_window(period, at)
         key = f"{tag}:{unit}:{period}:{window.label}"
         checks.append(BudgetCheck(name, key, limit, amount, window.end.timestamp(), lease_s))
-    return tuple(checks)
+    return checks
+
+
+def batch_checks(
+    *,
+    tenant_id: str,
+    quota: TenantQuota,
+    reserve_tokens: int,
+    reserve_money: Decimal,
+    at: datetime,
+    lease_s: float,
+) -> tuple[BudgetCheck, ...]:
+    """The checks a Batch API batch reserves at creation: its tenant's budgets alone, for
+    the batch's maximum tokens and cost, leased for its whole window.
+
+    Why only budgets: a batch's lines run in capacity left idle, at the lowest priority,
+    so the interactive rates (per key, per minute, concurrency) do not apply to them; the
+    plan's batch queue limit (`batch_queue_tokens`) is checked on the database instead.
+    Each line settles its share as it ends (`QuotaBackend.settle_part`).
+    """
+    tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
+    micros = to_micro_units(reserve_money)
+    return tuple(budget_checks(tag, quota, reserve_tokens, micros, at, lease_s))
 
 
 def _micros(value: Decimal | None) -> int | None:

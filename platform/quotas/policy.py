@@ -31,6 +31,8 @@ class PlanPolicy:
     spend_per_month: Decimal | None
     fair_share_weight: Decimal
     allowed_models: frozenset[str] | None
+    # Prompt tokens a tenant's unfinished batches of one model may hold (None: unlimited).
+    batch_queue_tokens: int | None = None
 
     @classmethod
     def from_row(cls, plan: Plan) -> PlanPolicy:
@@ -55,6 +57,7 @@ class PlanPolicy:
             allowed_models=(
                 frozenset(plan.allowed_models) if plan.allowed_models is not None else None
             ),
+            batch_queue_tokens=plan.batch_queue_tokens,
         )
 
     def allows_model(self, name: str) -> bool:

@@ -23,6 +23,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 
 from hydrant.platform.quotas.checks import (
     Admission,
+    BudgetCheck,
     Check,
     ConcurrencyCheck,
     LimitUsage,
@@ -33,10 +34,12 @@ from hydrant.platform.quotas.checks import (
     resolve_actuals,
     validate_checks,
 )
-from hydrant.platform.quotas.redis_scripts import ADMIT, RENEW, SETTLE, USAGE
+from hydrant.platform.quotas.redis_scripts import ADMIT, RENEW, SETTLE, SETTLE_PART, USAGE
 from hydrant.platform.quotas.script_client import LuaScript, RedisAddress, RedisScriptClient
 
-_ADMIT, _SETTLE, _RENEW, _USAGE = (LuaScript(s) for s in (ADMIT, SETTLE, RENEW, USAGE))
+_ADMIT, _SETTLE, _SETTLE_PART, _RENEW, _USAGE = (
+    LuaScript(s) for s in (ADMIT, SETTLE, SETTLE_PART, RENEW, USAGE)
+)
 
 _UNAVAILABLE = (
     redis_errors.ConnectionError,
@@ -71,7 +74,7 @@ class RedisQuotaBackend:
         self._scripts = scripts
         self._registered = {
             script.sha: client.register_script(script.source)
-            for script in (_ADMIT, _SETTLE, _RENEW, _USAGE)
+            for script in (_ADMIT, _SETTLE, _SETTLE_PART, _RENEW, _USAGE)
         }
 
     @classmethod
@@ -102,12 +105,12 @@ class RedisQuotaBackend:
         return [f"{base}:bud", f"{base}:leases"]
 
     @staticmethod
-    def _params(check: Check, amount: int) -> list[str | int | float]:
+    def _params(check: Check, amount: int, p1: float | None = None) -> list[str | int | float]:
         if isinstance(check, WindowCheck):
             return ["w", check.limit, check.window_s, amount, 0]
         if isinstance(check, ConcurrencyCheck):
             return ["c", check.limit, check.lease_s, 0, check.retry_after_s]
-        return ["b", check.limit, check.lease_s, amount, check.period_end]
+        return ["b", check.limit, check.lease_s if p1 is None else p1, amount, check.period_end]
 
     async def _run(
         self,
@@ -115,6 +118,7 @@ class RedisQuotaBackend:
         checks: Sequence[Check],
         rid: str,
         amounts: Sequence[int] | None = None,
+        p1: Sequence[float] | None = None,
     ) -> Any:
         keys: list[str] = []
         args: list[str | int | float] = [
@@ -125,7 +129,7 @@ class RedisQuotaBackend:
         for index, check in enumerate(checks):
             keys.extend(self._keys(check))
             amount = amounts[index] if amounts is not None else getattr(check, "amount", 0)
-            args.extend(self._params(check, amount))
+            args.extend(self._params(check, amount, None if p1 is None else p1[index]))
         try:
             if self._scripts is not None:
                 return await self._scripts.evalsha(script, keys, args)
@@ -155,6 +159,19 @@ class RedisQuotaBackend:
         resolved = [-1 if a is None else a for a in amounts]
         await self._run(_SETTLE, admission.checks, admission.reservation_id, resolved)
         admission.settled = True
+
+    async def settle_part(
+        self, admission: Admission, release: Mapping[str, int], spend: Mapping[str, int]
+    ) -> None:
+        if admission.settled or not admission.metered:
+            return
+        budgets = [c for c in admission.checks if isinstance(c, BudgetCheck)]
+        if not budgets:
+            return
+        amounts = [max(0, int(spend.get(c.name, 0))) for c in budgets]
+        # p1 of a budget is its lease in admit; here it carries the amount given back.
+        releases = [max(0, int(release.get(c.name, 0))) for c in budgets]
+        await self._run(_SETTLE_PART, budgets, admission.reservation_id, amounts, releases)
 
     async def renew(self, admission: Admission) -> bool:
         if admission.settled or not admission.metered:

@@ -170,6 +170,31 @@ return 1
 """
 )
 
+# A part of a budget reservation that stays open (a batch's, line by line): amount is what
+# to count as spent, p1 (in place of lease_s) what to give back of the reservation, at most
+# what it still holds. Windows and slots are left alone.
+SETTLE_PART = (
+    _COMMON
+    + r"""
+each_check(function(i, kind, keys, limit, p1, amount, p2)
+  if kind ~= 'b' then return end
+  local held = tonumber(redis.call('HGET', keys[1], 'r:' .. rid))
+  if held then
+    local give = math.min(held, math.max(p1, 0))
+    if give > 0 then
+      redis.call('HSET', keys[1], 'r:' .. rid, held - give)
+      redis.call('HINCRBY', keys[1], 'reserved', 0 - give)
+    end
+  end
+  if amount > 0 then redis.call('HINCRBY', keys[1], 'spent', amount) end
+  if redis.call('PTTL', keys[1]) < 0 then
+    redis.call('PEXPIRE', keys[1], math.ceil(math.max(p2 - now, 0) * 1000) + GRACE_MS)
+  end
+end)
+return 1
+"""
+)
+
 # Returns the number of leases that were no longer held.
 RENEW = (
     _COMMON

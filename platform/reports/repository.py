@@ -19,7 +19,16 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Select, cast, func, literal_column, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Select,
+    case,
+    cast,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.principal import Principal
@@ -50,6 +59,9 @@ class AggregateRow:
     charged: Decimal
     device_seconds: Decimal
     device_cost: Decimal
+    # Of those, the Batch API's lines (ledger entries with a batch_id, at the batch price).
+    batch_requests: int = 0
+    batch_charged: Decimal = Decimal(0)
 
     @property
     def margin(self) -> Decimal:
@@ -108,6 +120,12 @@ def aggregate_statement(dialect: str, principal: Principal, query: ReportQuery) 
             exact_sum(dialect, LedgerEntry.charged, STORAGE_PLACES),
             exact_sum(dialect, LedgerEntry.device_seconds, SECONDS_PLACES),
             exact_sum(dialect, LedgerEntry.device_cost, STORAGE_PLACES),
+            func.count(LedgerEntry.batch_id),  # COUNT(column): the rows with a batch
+            exact_sum(
+                dialect,
+                case((LedgerEntry.batch_id.is_not(None), LedgerEntry.charged), else_=0),
+                STORAGE_PLACES,
+            ),
         )
         .join(ModelDeployment, ModelDeployment.id == LedgerEntry.model_id)
         .where(LedgerEntry.finished_at >= query.since, LedgerEntry.finished_at < query.until)
@@ -139,6 +157,8 @@ async def aggregate(
             charged=_decimal(row[7], dialect, STORAGE_PLACES),
             device_seconds=_decimal(row[8], dialect, SECONDS_PLACES),
             device_cost=_decimal(row[9], dialect, STORAGE_PLACES),
+            batch_requests=int(row[10]),
+            batch_charged=_decimal(row[11], dialect, STORAGE_PLACES),
         )
         for row in result.all()
     ]

@@ -46,6 +46,7 @@ class RoundedTotals(Struct, kw_only=True):
     charged: str
     device_cost: str
     margin: str
+    batch_charged: str
 
 
 class CostRow(Struct, kw_only=True):
@@ -60,6 +61,8 @@ class CostRow(Struct, kw_only=True):
     device_seconds: str
     device_cost: str
     margin: str
+    batch_requests: int  # of `requests`, the Batch API's lines
+    batch_charged: str  # of `charged`, theirs (at the batch price)
 
     @classmethod
     def of(cls, row: AggregateRow) -> CostRow:
@@ -75,6 +78,8 @@ class CostRow(Struct, kw_only=True):
             device_seconds=seconds_text(row.device_seconds),
             device_cost=money_text(row.device_cost),
             margin=money_text(row.margin),
+            batch_requests=row.batch_requests,
+            batch_charged=money_text(row.batch_charged),
         )
 
 
@@ -87,6 +92,8 @@ class CostTotals(Struct, kw_only=True):
     device_seconds: str
     device_cost: str
     margin: str
+    batch_requests: int
+    batch_charged: str
     rounded: RoundedTotals
 
     @classmethod
@@ -100,10 +107,13 @@ class CostTotals(Struct, kw_only=True):
             device_seconds=seconds_text(totals.device_seconds),
             device_cost=money_text(totals.device_cost),
             margin=money_text(totals.margin),
+            batch_requests=totals.batch_requests,
+            batch_charged=money_text(totals.batch_charged),
             rounded=RoundedTotals(
                 charged=money_text(totals.charged, REPORT_PLACES),
                 device_cost=money_text(totals.device_cost, REPORT_PLACES),
                 margin=money_text(totals.margin, REPORT_PLACES),
+                batch_charged=money_text(totals.batch_charged, REPORT_PLACES),
             ),
         )
 
@@ -140,6 +150,8 @@ class UsageRow(Struct, kw_only=True):
     cached_tokens: int
     output_tokens: int
     charged: str
+    batch_requests: int
+    batch_charged: str
 
     @classmethod
     def of(cls, row: AggregateRow) -> UsageRow:
@@ -151,11 +163,14 @@ class UsageRow(Struct, kw_only=True):
             cached_tokens=row.cached_tokens,
             output_tokens=row.output_tokens,
             charged=money_text(row.charged),
+            batch_requests=row.batch_requests,
+            batch_charged=money_text(row.batch_charged),
         )
 
 
 class UsageRounded(Struct, kw_only=True):
     charged: str
+    batch_charged: str
 
 
 class UsageTotals(Struct, kw_only=True):
@@ -164,6 +179,8 @@ class UsageTotals(Struct, kw_only=True):
     cached_tokens: int
     output_tokens: int
     charged: str
+    batch_requests: int
+    batch_charged: str
     rounded: UsageRounded
 
     @classmethod
@@ -174,7 +191,12 @@ class UsageTotals(Struct, kw_only=True):
             cached_tokens=totals.cached_tokens,
             output_tokens=totals.output_tokens,
             charged=money_text(totals.charged),
-            rounded=UsageRounded(charged=money_text(totals.charged, REPORT_PLACES)),
+            batch_requests=totals.batch_requests,
+            batch_charged=money_text(totals.batch_charged),
+            rounded=UsageRounded(
+                charged=money_text(totals.charged, REPORT_PLACES),
+                batch_charged=money_text(totals.batch_charged, REPORT_PLACES),
+            ),
         )
 
 

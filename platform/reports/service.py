@@ -33,6 +33,8 @@ class ReportTotals:
     charged: Decimal = Decimal(0)
     device_seconds: Decimal = Decimal(0)
     device_cost: Decimal = Decimal(0)
+    batch_requests: int = 0  # of `requests`: Batch API lines
+    batch_charged: Decimal = Decimal(0)  # of `charged`: at the batch price
 
     @property
     def margin(self) -> Decimal:
@@ -48,6 +50,8 @@ class ReportTotals:
             charged=sum((r.charged for r in rows), Decimal(0)),
             device_seconds=sum((r.device_seconds for r in rows), Decimal(0)),
             device_cost=sum((r.device_cost for r in rows), Decimal(0)),
+            batch_requests=sum(r.batch_requests for r in rows),
+            batch_charged=sum((r.batch_charged for r in rows), Decimal(0)),
         )
 
 

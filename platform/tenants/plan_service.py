@@ -34,6 +34,7 @@ _COPIED_FIELDS = (
     "max_concurrent_requests",
     "tokens_per_day",
     "tokens_per_month",
+    "batch_queue_tokens",
 )
 
 

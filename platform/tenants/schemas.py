@@ -43,6 +43,7 @@ class PlanCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     spend_per_month: DecimalText | None = None
     fair_share_weight: Weight = "1"
     allowed_models: ModelNames | None = None
+    batch_queue_tokens: BigCount | None = None
 
 
 class PlanUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -61,6 +62,7 @@ class PlanUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
     spend_per_month: DecimalText | UnsetType | None = UNSET
     fair_share_weight: Weight | UnsetType = UNSET
     allowed_models: ModelNames | UnsetType | None = UNSET
+    batch_queue_tokens: BigCount | UnsetType | None = UNSET
 
 
 class PlanView(Struct, kw_only=True):
@@ -81,6 +83,7 @@ class PlanView(Struct, kw_only=True):
     spend_per_month: str | None
     fair_share_weight: str
     allowed_models: list[str] | None
+    batch_queue_tokens: int | None
     created_at: datetime
     updated_at: datetime
 
@@ -106,6 +109,7 @@ class PlanView(Struct, kw_only=True):
             spend_per_month=money(plan.spend_per_month),
             fair_share_weight=format_decimal(plan.fair_share_weight, 1),
             allowed_models=plan.allowed_models,
+            batch_queue_tokens=plan.batch_queue_tokens,
             created_at=plan.created_at,
             updated_at=plan.updated_at,
         )

@@ -74,7 +74,12 @@ def test_json_report_has_exact_rows_and_rounded_totals(
         ("2026-03-06T00:00:00Z", ledger["globex"], "2.005000"),
     ]
     assert body["totals"]["charged"] == "2.671667"
-    assert body["totals"]["rounded"] == {"charged": "2.67", "device_cost": "1.10", "margin": "1.57"}
+    assert body["totals"]["rounded"] == {
+        "charged": "2.67",
+        "device_cost": "1.10",
+        "margin": "1.57",
+        "batch_charged": "0.00",
+    }
 
 
 def test_table_report_by_hour_for_one_tenant_by_name(
@@ -90,7 +95,9 @@ def test_table_report_by_hour_for_one_tenant_by_name(
     assert lines[3].split()[:2] == ["2026-03-05", "09:00"]
     assert lines[4].split()[0] == "total" and "0.666667" in lines[4]
     assert ledger["globex"] not in result.output
-    assert lines[-1] == ("total charged 0.67, device cost 0.10, margin 0.57 (rounded to cents)")
+    assert lines[-1] == (
+        "total charged 0.67 (batch 0.00), device cost 0.10, margin 0.57 (rounded to cents)"
+    )
 
 
 def test_csv_report_matches_the_json_report(data_dir: Path, ledger: dict[str, str]) -> None:

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,8 +30,9 @@ from hydrant.platform.auth.scoping import scope_to_tenant
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.models import StoredResponse
+from hydrant.platform.db.outage import session_or_unavailable
 from hydrant.platform.db.session import Database
-from hydrant.platform.errors import InvalidRequest, NotFound, ServiceUnavailable
+from hydrant.platform.errors import InvalidRequest, NotFound
 from hydrant.platform.inference.responses.seal import ResponseSealer, UnreadableAnswer
 
 log = logging.getLogger(__name__)
@@ -91,16 +91,9 @@ class ResponseStore:
     def enabled(self) -> bool:
         return self._keep > timedelta(0)
 
-    @asynccontextmanager
-    async def _reading(self) -> AsyncIterator[AsyncSession]:
+    def _reading(self) -> AbstractAsyncContextManager[AsyncSession]:
         """A session whose database outage is a 503 the client can retry, not a 500."""
-        try:
-            async with self._database.session() as session:
-                yield session
-        except DATABASE_UNAVAILABLE as exc:
-            raise ServiceUnavailable(
-                "stored responses cannot be read right now; retry shortly"
-            ) from exc
+        return session_or_unavailable(self._database, "stored responses")
 
     async def save(self, tenant_id: str, response: dict[str, Any], items: list[Any]) -> bool:
         """Keep an answer; False (logged, nothing else) when the database would not take it:

@@ -201,3 +201,24 @@ def test_split_ties_are_deterministic() -> None:
 def test_split_refuses_bad_input(total: Decimal, weights: list[int]) -> None:
     with pytest.raises(ValueError):
         split_exact(total, weights)
+
+
+def test_a_batch_price_is_half_the_interactive_one_unless_set() -> None:
+    from hydrant.platform.billing.pricing import batch_price
+
+    interactive = Price(
+        input_per_million=Decimal("0.15"),
+        output_per_million=Decimal("0.6"),
+        cached_input_per_million=Decimal("0.05"),
+    )
+    half = batch_price(interactive)
+    assert (half.input_per_million, half.cached_rate, half.output_per_million) == (
+        Decimal("0.075"),
+        Decimal("0.025"),
+        Decimal("0.30"),
+    )
+    assert batch_price(
+        interactive, output_per_million=Decimal("0.5")
+    ).output_per_million == Decimal("0.5")
+    usage = TokenUsage(input_tokens=1_000_000, output_tokens=1_000_000)
+    assert charge_for(usage, half) * 2 == charge_for(usage, interactive)

@@ -296,3 +296,44 @@ async def test_smtps_with_implicit_tls(db: Database, data_dir: Path, tmp_path: P
             world.tenant_id, DAY
         )
         assert result.outcome == "sent" and smtps.inbox.count() == 1 and smtps.inbox.logins
+
+
+async def test_a_digest_shows_batch_spend_apart(
+    db: Database, smtp: SmtpServer, data_dir: Path
+) -> None:
+    from html import escape
+
+    from hydrant.engine.protocol import RequestUsage, Sampling
+    from hydrant.platform.inference.params import PreparedRequest
+    from hydrant.platform.ledger.accounting import Outcome
+    from hydrant.platform.ledger.repository import insert_if_absent
+    from hydrant.platform.ledger.service import raw_entry
+    from hydrant.platform.quotas.admission import RequestContext
+
+    world = await make_world(db)
+    ledger = make_ledger(db, data_dir)
+    await random_traffic(ledger, world)
+    since, _ = local_day_window(DAY, ZoneInfo(TZ))
+    key_id, prefix = world.keys["batch"]
+    ctx = RequestContext(
+        request_id="batch_req_abc_1",
+        tenant_id=world.tenant_id,
+        api_key_id=key_id,
+        key_prefix=prefix,
+        model=(await model_names(db)).popitem()[1],
+        prepared=PreparedRequest.single([1, 2, 3], Sampling(max_tokens=4)),
+        started_at=since + timedelta(hours=12),
+    )
+    usage = RequestUsage(prompt_tokens=2000, cached_tokens=0, completion_tokens=1000, device_ns=1)
+    outcome = Outcome("finished", usage, since + timedelta(hours=12, seconds=3))
+    async with db.session() as session:
+        entry = await ledger.price_entry(session, raw_entry(ctx, outcome, batch_id="batch_abc"))
+        await insert_if_absent(session, [entry])
+    assert entry["charged"] > 0 and entry["batch_id"] == "batch_abc"
+    await service(db, settings_for(smtp, data_dir)).send_tenant_digest(world.tenant_id, DAY)
+    [message] = smtp.inbox.to("ops@acme.test")
+    text, html, _ = parts(message)
+    shown = money(entry["charged"])
+    assert f"Of which batches (Batch API, at the batch price): {shown} for 1 lines\n" in text
+    assert f"(batches {shown})" in text
+    assert f"(batches {escape(shown)})" in html

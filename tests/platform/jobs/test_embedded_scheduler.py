@@ -66,6 +66,8 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         "hydrant.budgets.check",
         "hydrant.ledger.rollup",
         "hydrant.responses.purge",
+        "hydrant.files.purge",
+        "hydrant.batches.sweep",
     }  # the gateway replays its own spool; the scheduler does not
     outbox = settings.effective_outbox_dir
 

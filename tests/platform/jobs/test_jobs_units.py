@@ -83,4 +83,6 @@ def test_celery_needs_redis_and_is_built_from_settings(tmp_path) -> None:  # typ
         "hydrant.ledger.replay_spool",
         "hydrant.pools.reap",
         "hydrant.responses.purge",
+        "hydrant.files.purge",
+        "hydrant.batches.sweep",
     }

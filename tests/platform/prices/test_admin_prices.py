@@ -96,3 +96,43 @@ async def test_prices_refuse_floats_the_past_and_duplicates(cp: ControlPlane) ->
             assert message in response.json()["error"]["message"], body
     missing = await cp.client.post("/admin/models/mdl_nope/prices", json=ok, headers=cp.admin)
     assert missing.status_code == 404
+
+
+async def test_a_version_prices_batch_lines_at_half_unless_it_says_otherwise(
+    cp: ControlPlane,
+) -> None:
+    model = await _model(cp)
+    path = f"/admin/models/{model['id']}/prices"
+    halved = await cp.client.post(
+        path,
+        json={"input_per_mtok": "0.15", "cached_input_per_mtok": "0.05", "output_per_mtok": "0.6"},
+        headers=cp.admin,
+    )
+    assert halved.status_code == 201, halved.text
+    body = halved.json()
+    assert (body["batch_input_per_mtok"], body["batch_cached_input_per_mtok"]) == (
+        "0.075000",
+        "0.025000",
+    )
+    assert body["batch_output_per_mtok"] == "0.300000"
+    stored = await cp.execute(select(Price.batch_input_per_mtok).where(Price.id == body["id"]))
+    assert stored is None  # the default, not a copy of it
+    later = (cp.clock.wall + timedelta(days=1)).isoformat()
+    set_ = await cp.client.post(
+        path,
+        json={
+            "input_per_mtok": "0.15",
+            "output_per_mtok": "0.6",
+            "batch_output_per_mtok": "0.5",
+            "effective_from": later,
+        },
+        headers=cp.admin,
+    )
+    assert set_.json()["batch_output_per_mtok"] == "0.500000"
+    assert set_.json()["batch_input_per_mtok"] == "0.075000"
+    negative = await cp.client.post(
+        path,
+        json={"input_per_mtok": "1", "output_per_mtok": "1", "batch_input_per_mtok": "-1"},
+        headers=cp.admin,
+    )
+    assert negative.status_code == 400

@@ -161,6 +161,37 @@ async def test_budget_reserves_the_maximum_then_settles_to_actual(
     await backend.admit([budget(5)])
 
 
+async def test_a_reservation_settles_part_by_part_then_whole(backend: QuotaBackend) -> None:
+    """A batch's reservation: each line gives back its share and counts what it used; the
+    rest stays held; the last settle gives back what is left."""
+    slots = ConcurrencyCheck("slots", "{t1}:c", 3)
+    batch = await backend.admit([budget(60), slots])
+    await backend.settle_part(batch, {"budget": 20}, {"budget": 7})
+    assert await backend.usage(budget(0)) == LimitUsage(used=7, reserved=40)
+    await refused(backend, budget(60))  # still held: 7 + 40 + 60 > 100
+    await backend.admit([budget(50)])  # what the line gave back is free again
+    await backend.settle_part(batch, {"budget": 100}, {"budget": 3})  # never more than held
+    assert await backend.usage(budget(0)) == LimitUsage(used=10, reserved=50)
+    await backend.settle_part(batch, {"budget": 5}, {})
+    assert await backend.usage(slots) == LimitUsage(used=1)  # parts leave slots alone
+    await backend.settle(batch, {"budget": 0})
+    assert await backend.usage(budget(0)) == LimitUsage(used=10, reserved=50)
+    assert await backend.usage(slots) == LimitUsage(used=0)
+    await backend.settle_part(batch, {"budget": 1}, {"budget": 1})  # settled: nothing more
+    assert await backend.usage(budget(0)) == LimitUsage(used=10, reserved=50)
+
+
+async def test_a_part_of_a_lost_reservation_still_counts_what_was_used(
+    backend: QuotaBackend, clock: ManualClock
+) -> None:
+    """After a restart of the in-memory store, or a lease that lapsed, a line's use is
+    still counted; nothing is given back that is not held."""
+    batch = await backend.admit([budget(30, lease=10)])
+    clock.advance(10)
+    await backend.settle_part(batch, {"budget": 30}, {"budget": 4})
+    assert await backend.usage(budget(0)) == LimitUsage(used=4, reserved=0)
+
+
 async def test_settle_without_actuals_keeps_the_reservation_as_spent(backend: QuotaBackend) -> None:
     admission = await backend.admit([budget(30), rate(limit=100, amount=7)])
     await backend.settle(admission)

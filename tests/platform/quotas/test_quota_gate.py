@@ -23,9 +23,15 @@ from hydrant.platform.errors import (
 )
 from hydrant.platform.inference.params import PreparedPrompt, PreparedRequest
 from hydrant.platform.ledger.accounting import Outcome
-from hydrant.platform.quotas import GuardedQuotaBackend, InMemoryQuotaBackend, TierPolicy
-from hydrant.platform.quotas.admission import RequestContext
+from hydrant.platform.quotas import (
+    GuardedQuotaBackend,
+    InMemoryQuotaBackend,
+    LimitUsage,
+    TierPolicy,
+)
+from hydrant.platform.quotas.admission import BatchTicket, RequestContext
 from hydrant.platform.quotas.gate import QuotaGate
+from hydrant.platform.quotas.plan import TenantQuota, batch_checks
 from hydrant.platform.quotas.policy import PlanPolicy
 from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
 
@@ -221,3 +227,71 @@ async def test_long_lane_gives_a_batch_its_places_together_and_in_order() -> Non
     assert not late.done()  # the batch holds both places
     await held.settle(outcome(10_000, 1))
     await (await asyncio.wait_for(late, 1)).settle(outcome(2000, 1))
+
+
+def line(policy: PlanPolicy | None = None, ticket: BatchTicket | None = None) -> RequestContext:
+    """A Batch API line of 100 prompt tokens and 50 output tokens at most."""
+    request = ctx(100, 50, policy)
+    request.batch = ticket or BatchTicket(
+        batch_id="batch_x",
+        reservation=None,
+        reserved_tokens=150,
+        reserved_money=Decimal(0),
+        price=PRICE,
+    )
+    return request
+
+
+async def test_batch_lines_fill_the_lane_and_give_way_to_interactive_requests() -> None:
+    g = gate(batch_lane_slots=2, batch_lane_busy_slots=1)
+    first, second = await g.admit(line()), await g.admit(line())
+    third = asyncio.create_task(g.admit(line()))
+    await asyncio.sleep(0.02)
+    assert not third.done()  # both places taken
+    interactive = await g.admit(ctx(10, 10))  # never waits for batch lines
+    await first.settle(outcome(100, 50))
+    await asyncio.sleep(0.02)
+    assert not third.done()  # one line still runs: the busy model's one place is taken
+    await second.settle(outcome(100, 50))
+    await asyncio.wait_for(third, 1)  # now the line gets the busy model's one place
+    fourth = asyncio.create_task(g.admit(line()))
+    await asyncio.sleep(0.02)
+    assert not fourth.done()
+    await interactive.settle(outcome(10, 10))  # idle of interactive requests: all places
+    await asyncio.wait_for(fourth, 1)
+    lane = g.batch_lane("demo")
+    assert (lane.running, lane.interactive) == (2, 0)
+
+
+async def test_a_batch_line_takes_no_interactive_rate_and_settles_its_share() -> None:
+    backend = InMemoryQuotaBackend()
+    g = QuotaGate(GuardedQuotaBackend(backend), lambda _: PRICE)
+    policy = plan(requests_per_minute=1, spend_per_day=Decimal("1"), batch_queue_tokens=10)
+    checks = batch_checks(
+        tenant_id="ten_a",
+        quota=TenantQuota.of(policy),
+        reserve_tokens=300,
+        reserve_money=Decimal("0.0004"),  # two lines' maxima: 100 in + 50 out at 1/2 per M
+        at=utcnow(),
+        lease_s=3600,
+    )
+    reservation = await backend.admit(checks)
+    ticket = BatchTicket("batch_x", reservation, 150, Decimal("0.0002"), PRICE)
+    for _ in range(2):  # a tenant limited to one request a minute: lines are not requests
+        admission = await g.admit(line(policy, ticket))
+        await admission.settle(outcome(100, 20))  # used 100 in + 20 out: 0.00014
+    (spend,) = checks
+    assert await backend.usage(spend) == LimitUsage(used=280, reserved=0)
+
+
+async def test_quiet_waits_for_the_models_interactive_requests_to_end() -> None:
+    g = gate()
+    await asyncio.wait_for(g.quiet("demo"), 1)  # nothing in flight: at once
+    first, second = await g.admit(ctx(10, 10)), await g.admit(ctx(10, 10))
+    waiter = asyncio.create_task(g.quiet("demo"))
+    await first.settle(outcome(10, 10))
+    await asyncio.sleep(0.02)
+    assert not waiter.done()  # one still in flight
+    await second.settle(outcome(10, 10))
+    await asyncio.wait_for(waiter, 1)
+    await asyncio.wait_for(g.quiet("other"), 1)  # another model's traffic is not waited on

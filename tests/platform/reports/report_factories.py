@@ -44,6 +44,7 @@ class Row:
     charged: Decimal
     device_seconds: Decimal
     device_cost: Decimal
+    batch_id: str | None = None  # a Batch API line's
 
 
 async def add_tenants(session: AsyncSession, names: Iterable[str]) -> dict[str, str]:
@@ -111,6 +112,7 @@ async def insert_rows(
             device_cost=r.device_cost,
             started_at=r.finished_at - timedelta(seconds=1),
             finished_at=r.finished_at,
+            batch_id=r.batch_id,
         )
         for r in rows
     )
@@ -126,6 +128,7 @@ def row(
     request_id: str,
     device_cost: str = "0",
     tokens: tuple[int, int, int] = (10, 0, 5),
+    batch_id: str | None = None,
 ) -> Row:
     return Row(
         request_id=request_id,
@@ -138,4 +141,5 @@ def row(
         charged=Decimal(charged),
         device_seconds=Decimal("0.5"),
         device_cost=Decimal(device_cost),
+        batch_id=batch_id,
     )

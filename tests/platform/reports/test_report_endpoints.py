@@ -29,7 +29,7 @@ async def seed(cp: ControlPlane) -> tuple[dict[str, Any], str, dict[str, Any], s
         row(acme["id"], "alpha", DAY + timedelta(hours=1), "0.333333", request_id="r1",
             device_cost="0.100001", tokens=(100, 40, 7)),
         row(acme["id"], "alpha", DAY + timedelta(hours=2), "0.333334", request_id="r2",
-            device_cost="0.5"),
+            device_cost="0.5", batch_id="batch_1"),  # a Batch API line: shown apart too
         row(acme["id"], "beta", DAY + timedelta(hours=3), "0.005", request_id="r3",
             device_cost="0.004999"),
         row(globex["id"], "beta", DAY + timedelta(hours=4), "12345.678901", request_id="r4",
@@ -72,6 +72,8 @@ async def test_admin_cost_report_json(cp: ControlPlane) -> None:
         "device_seconds": "1.000000000",
         "device_cost": "0.600001",
         "margin": "0.066666",
+        "batch_requests": 1,
+        "batch_charged": "0.333334",
     }
     charged = sum((e.charged for e in entries), Decimal(0))
     cost = sum((e.device_cost for e in entries), Decimal(0))
@@ -82,7 +84,9 @@ async def test_admin_cost_report_json(cp: ControlPlane) -> None:
         "charged": f"{round_money(charged, 2):f}",
         "device_cost": "20000.60",  # 20000.605000: half-even, not half-up
         "margin": "-7654.25",
+        "batch_charged": "0.33",
     }
+    assert (totals["batch_requests"], totals["batch_charged"]) == (1, "0.333334")
     for value in [*totals.values(), *body["data"][0].values()]:
         assert not isinstance(value, float)
 
@@ -154,7 +158,8 @@ async def test_usage_is_the_callers_own(cp: ControlPlane) -> None:
         ("beta", "0.005000"),
     ]
     assert body["totals"]["charged"] == "0.671667"
-    assert body["totals"]["rounded"] == {"charged": "0.67"}
+    assert body["totals"]["rounded"] == {"charged": "0.67", "batch_charged": "0.33"}
+    assert [r["batch_charged"] for r in body["data"]] == ["0.333334", "0.000000"]
     text = response.text
     assert globex["id"] not in text and "12345" not in text  # the other tenant is absent
     assert "device_cost" not in text and "margin" not in text  # the platform's cost is not shown
@@ -177,9 +182,11 @@ async def test_usage_ignores_a_tenant_filter_and_serves_csv(cp: ControlPlane) ->
     assert response.status_code == 200
     lines = list(csv.reader(io.StringIO(response.text)))
     assert lines[0] == [
-        "bucket", "model", "requests", "input_tokens", "cached_tokens", "output_tokens", "charged"
+        "bucket", "model", "requests", "input_tokens", "cached_tokens", "output_tokens", "charged",
+        "batch_requests", "batch_charged",
     ]  # fmt: skip
-    assert [line[-1] for line in lines[1:]] == ["0.666667", "0.005000"]
+    assert [line[6] for line in lines[1:]] == ["0.666667", "0.005000"]
+    assert [line[-1] for line in lines[1:]] == ["0.333334", "0.000000"]
 
 
 async def test_usage_refuses_admin_keys(cp: ControlPlane) -> None:

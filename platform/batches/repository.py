@@ -1,0 +1,181 @@
+"""Queries on batches and their lines. Readers see what `auth.scoping` lets them (the
+book passes its scoping in); the runner (a system actor) works one batch by id, under
+the lease it claimed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Select, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hydrant.platform.auth.principal import Principal
+from hydrant.platform.billing.money import STORAGE_PLACES
+from hydrant.platform.db.batch_models import Batch, BatchLine
+from hydrant.platform.db.models import DEFAULT_PLAN_ID, LedgerEntry, Plan, Tenant
+from hydrant.platform.db.pagination import page_after
+from hydrant.platform.reports.repository import exact_sum
+
+# Batches whose lines may still run (and whose prompt tokens count against the queue limit).
+UNFINISHED = ("validating", "in_progress", "finalizing", "cancelling")
+# Batches a runner has work on: lines to run, or a final status to reach.
+WORKABLE = ("in_progress", "finalizing", "cancelling")
+
+
+# How a reader's statements are restricted to what it may see (`BatchBook._visible`).
+Visible = Callable[[Select[Any], Principal], Select[Any]]
+
+
+async def one_batch(
+    session: AsyncSession, visible: Visible, principal: Principal, batch_id: str
+) -> Batch | None:
+    return await session.scalar(visible(select(Batch).where(Batch.id == batch_id), principal))
+
+
+async def page_of_batches(
+    session: AsyncSession,
+    visible: Visible,
+    principal: Principal,
+    *,
+    limit: int,
+    after: str | None,
+    tenant_id: str | None = None,
+    status: str | None = None,
+) -> tuple[Sequence[Batch], bool]:
+    """Newest first, as OpenAI lists batches."""
+    statement = select(Batch)
+    if tenant_id is not None:
+        statement = statement.where(Batch.tenant_id == tenant_id)
+    if status is not None:
+        statement = statement.where(Batch.status == status)
+    return await page_after(
+        session,
+        visible(statement, principal),
+        Batch,
+        limit=limit,
+        after=after,
+        cursor_scope=visible(select(Batch.created_at), principal),
+        descending=True,
+    )
+
+
+async def charged(session: AsyncSession, batch_ids: Sequence[str]) -> dict[str, Decimal]:
+    """The sum of each batch's ledger entries (exact on both databases); 0 for none."""
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    statement = (
+        select(LedgerEntry.batch_id, exact_sum(dialect, LedgerEntry.charged, STORAGE_PLACES))
+        .where(LedgerEntry.batch_id.in_(batch_ids))
+        .group_by(LedgerEntry.batch_id)
+    )
+    sums = {batch_id: Decimal(0) for batch_id in batch_ids}
+    for batch_id, total in (await session.execute(statement)).all():
+        if dialect == "postgresql":
+            sums[batch_id] = Decimal(total)
+        else:  # summed as integer micro-units (reports.repository.exact_sum)
+            sums[batch_id] = Decimal(int(total)).scaleb(-STORAGE_PLACES)
+    return sums
+
+
+async def enqueued_tokens(session: AsyncSession, tenant_id: str, model: str) -> int:
+    """Prompt tokens of the tenant's unfinished batches of `model` not yet run."""
+    total = await session.scalar(
+        select(func.coalesce(func.sum(Batch.enqueued_tokens), 0)).where(
+            Batch.tenant_id == tenant_id, Batch.model == model, Batch.status.in_(UNFINISHED)
+        )
+    )
+    return int(total or 0)
+
+
+async def tenant_and_plan(session: AsyncSession, tenant_id: str) -> tuple[Tenant, Plan] | None:
+    """A batch's tenant and the plan its lines run under (the default when it has none)."""
+    statement = (
+        select(Tenant, Plan)
+        .join(Plan, Plan.id == func.coalesce(Tenant.plan_id, DEFAULT_PLAN_ID))
+        .where(Tenant.id == tenant_id)
+    )
+    row = (await session.execute(statement)).first()
+    return None if row is None else (row[0], row[1])
+
+
+async def claim(
+    session: AsyncSession, batch_id: str, owner: str, now: datetime, lease: timedelta
+) -> bool:
+    """Take (or renew) the batch's lease: free, lapsed, or already ours. One runner at a time."""
+    result = await session.execute(
+        update(Batch)
+        .where(
+            Batch.id == batch_id,
+            Batch.status.in_(WORKABLE),
+            or_(Batch.lease_until.is_(None), Batch.lease_until < now, Batch.lease_owner == owner),
+        )
+        .values(lease_owner=owner, lease_until=now + lease)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+async def release(session: AsyncSession, batch_id: str, owner: str) -> None:
+    await session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id, Batch.lease_owner == owner)
+        .values(lease_owner=None, lease_until=None)
+    )
+
+
+async def unleased(session: AsyncSession, now: datetime, limit: int = 100) -> list[str]:
+    """Batches with work and no live runner: never started, or their runner died."""
+    statement = (
+        select(Batch.id)
+        .where(
+            Batch.status.in_(WORKABLE),
+            or_(Batch.lease_until.is_(None), Batch.lease_until < now),
+        )
+        .order_by(Batch.created_at)
+        .limit(limit)
+    )
+    return list((await session.scalars(statement)).all())
+
+
+async def done_lines(session: AsyncSession, batch_id: str) -> set[int]:
+    statement = select(BatchLine.line).where(BatchLine.batch_id == batch_id)
+    return set((await session.scalars(statement)).all())
+
+
+async def finished_lines(session: AsyncSession, batch_id: str) -> Sequence[BatchLine]:
+    statement = select(BatchLine).where(BatchLine.batch_id == batch_id).order_by(BatchLine.line)
+    return (await session.scalars(statement)).all()
+
+
+async def count_line(
+    session: AsyncSession,
+    batch_id: str,
+    *,
+    ok: bool,
+    prompt_tokens: int,
+    usage: tuple[int, int, int],
+) -> None:
+    """A stored line counts: completed or failed, its tokens, no longer enqueued."""
+    input_tokens, cached_tokens, output_tokens = usage
+    values: dict[str, Any] = {
+        "input_tokens": Batch.input_tokens + input_tokens,
+        "cached_tokens": Batch.cached_tokens + cached_tokens,
+        "output_tokens": Batch.output_tokens + output_tokens,
+        "enqueued_tokens": func.max(Batch.enqueued_tokens - prompt_tokens, 0)
+        if session.bind is not None and session.bind.dialect.name == "sqlite"
+        else func.greatest(Batch.enqueued_tokens - prompt_tokens, 0),
+    }
+    if ok:
+        values["request_completed"] = Batch.request_completed + 1
+    else:
+        values["request_failed"] = Batch.request_failed + 1
+    await session.execute(update(Batch).where(Batch.id == batch_id).values(**values))
+
+
+async def status_of(session: AsyncSession, batch_id: str) -> tuple[str, datetime] | None:
+    """A batch's status and the end of its window, as they are now."""
+    row = (
+        await session.execute(select(Batch.status, Batch.expires_at).where(Batch.id == batch_id))
+    ).first()
+    return None if row is None else (row[0], row[1])

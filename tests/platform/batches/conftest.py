@@ -1,0 +1,8 @@
+"""The batch tests import their helpers by name from this folder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
