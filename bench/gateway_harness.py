@@ -20,7 +20,7 @@ import io
 import pstats
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,10 @@ class TimedAdmission:
     def __init__(self, inner: Admission, phase: dict[str, float]) -> None:
         self.inner = inner
         self.phase = phase
+
+    @property
+    def rate_limit_headers(self) -> Mapping[str, str]:
+        return self.inner.rate_limit_headers
 
     async def settle(self, outcome: Outcome) -> None:
         with _Stopwatch(self.phase, "settle"):

@@ -22,12 +22,14 @@ class DomainError(Exception):
         param: str | None = None,
         code: str | None = None,
         retry_after: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code or self.default_code
         self.retry_after = retry_after
+        self.headers = headers or {}  # extra response headers (a 429's rate-limit state)
 
 
 class InvalidRequest(DomainError):

@@ -47,9 +47,12 @@ def error_body(
 
 
 def _response(
-    status: int, body: dict[str, Any], retry_after: float | None = None
+    status: int,
+    body: dict[str, Any],
+    retry_after: float | None = None,
+    extra: dict[str, str] | None = None,
 ) -> Response[dict[str, Any]]:
-    headers = {}
+    headers = dict(extra or {})
     if retry_after is not None:
         headers["retry-after"] = str(max(1, math.ceil(retry_after)))
     return Response(body, status_code=status, headers=headers)
@@ -59,7 +62,7 @@ def handle_domain_error(_: Request[Any, Any, Any], exc: Exception) -> Response[d
     if not isinstance(exc, DomainError):  # pragma: no cover - registered for DomainError only
         return handle_unexpected(_, exc)
     body = error_body(exc.message, exc.type, exc.code, exc.param)
-    return _response(exc.status, body, exc.retry_after)
+    return _response(exc.status, body, exc.retry_after, exc.headers)
 
 
 def handle_validation_error(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from hydrant.engine.errors import InvalidRequestError
@@ -216,6 +216,11 @@ class Generation:
                     ),
                 },
             )
+
+    @property
+    def rate_limit_headers(self) -> Mapping[str, str]:
+        """OpenAI's `x-ratelimit-*` headers, as this request's admission left the limits."""
+        return self._admission.rate_limit_headers
 
     def usage(self) -> RequestUsage:
         """The engine's exact usage when it reported one, else what the gateway counted;

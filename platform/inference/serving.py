@@ -161,10 +161,11 @@ async def serve_body(
     generation, model, prepared = await start_body(
         api, principal, endpoint, body, request_id_for(request.scope)
     )
+    limits = generation.rate_limit_headers
     if prepared.stream and endpoint.stream is not None:
         return Stream(
             endpoint.stream(generation, model.tokenizer),
             media_type="text/event-stream",
-            headers=SSE_HEADERS,
+            headers={**SSE_HEADERS, **limits},
         )
-    return Response(await endpoint.whole(generation, model.tokenizer))
+    return Response(await endpoint.whole(generation, model.tokenizer), headers=dict(limits))

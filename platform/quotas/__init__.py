@@ -12,6 +12,7 @@ from hydrant.platform.quotas.checks import (
     QuotaExceeded,
     Refusal,
     WindowCheck,
+    WindowState,
 )
 from hydrant.platform.quotas.guard import FailureMode, GuardedQuotaBackend
 from hydrant.platform.quotas.memory_backend import InMemoryQuotaBackend
@@ -44,6 +45,7 @@ __all__ = [
     "TierDecision",
     "TierPolicy",
     "WindowCheck",
+    "WindowState",
     "build_checks",
     "classify",
     "settle_amounts",

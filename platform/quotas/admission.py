@@ -8,7 +8,7 @@ layers sit below it and read it through the protocols here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -85,6 +85,11 @@ class RequestContext(Generic[P]):
 
 
 class Admission(Protocol):
+    @property
+    def rate_limit_headers(self) -> Mapping[str, str]:
+        """OpenAI's `x-ratelimit-*` headers from the admission's own quota call (may be empty)."""
+        ...
+
     async def settle(self, outcome: Outcome) -> None:
         """Give back what was reserved and charge what was used."""
         ...
@@ -97,6 +102,10 @@ class Gatekeeper(Protocol):
 
 
 class NoSettlement:
+    @property
+    def rate_limit_headers(self) -> Mapping[str, str]:
+        return {}
+
     async def settle(self, outcome: Outcome) -> None:
         return None
 

@@ -142,13 +142,29 @@ class Refusal:
         return max(1, math.ceil(self.retry_after_s))
 
 
-class QuotaExceeded(HydrantError):
-    """The request was refused; nothing was consumed. `refusal` is the binding one."""
+@dataclass(frozen=True)
+class WindowState:
+    """A window limit as the same admission left it: what remains of `limit`, and in how
+    many seconds its oldest entry leaves the window (capacity next comes back; 0: empty).
 
-    def __init__(self, refusals: Sequence[Refusal]) -> None:
+    Why the backend returns it from the admit call itself: OpenAI's `x-ratelimit-*` headers
+    go on every response, and asking the store again would double its round trips."""
+
+    name: str
+    limit: int
+    remaining: int
+    reset_s: float
+
+
+class QuotaExceeded(HydrantError):
+    """The request was refused; nothing was consumed. `refusal` is the binding one;
+    `windows` the state of the request's window limits (for the rate-limit headers)."""
+
+    def __init__(self, refusals: Sequence[Refusal], windows: Sequence[WindowState] = ()) -> None:
         if not refusals:
             raise ValueError("QuotaExceeded needs at least one refusal")
         self.refusals = tuple(refusals)
+        self.windows = tuple(windows)
         hopeless = [r for r in self.refusals if r.retry_after_s is None]
         self.refusal = (
             hopeless[0] if hopeless else max(self.refusals, key=lambda r: r.retry_after_s or 0.0)
@@ -172,6 +188,7 @@ class Admission:
     checks: tuple[Check, ...]
     metered: bool = True
     settled: bool = False
+    windows: tuple[WindowState, ...] = ()  # the window limits after this admission
 
 
 @dataclass(frozen=True)

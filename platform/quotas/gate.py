@@ -17,8 +17,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
@@ -47,6 +47,7 @@ from hydrant.platform.quotas import (
 )
 from hydrant.platform.quotas.admission import Admission, BatchTicket, Prepared, RequestContext
 from hydrant.platform.quotas.batch_lane import BatchLane
+from hydrant.platform.quotas.rate_headers import rate_limit_headers
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class _Settlement:
     price: Price | None
     prompts: int = 1
     batch_lane: BatchLane | None = None  # the model's, told when an interactive request ends
+    rate_limit_headers: Mapping[str, str] = field(default_factory=dict)
 
     async def settle(self, outcome: Outcome) -> None:
         if self.batch_lane is not None:
@@ -159,6 +161,7 @@ class _LineSettlement:
     backend: QuotaBackend
     ticket: BatchTicket
     lane: BatchLane
+    rate_limit_headers: Mapping[str, str] = field(default_factory=dict)  # no rate applies
 
     async def settle(self, outcome: Outcome) -> None:
         try:
@@ -317,16 +320,19 @@ class QuotaGate:
             refusal = exc.refusal
             refused(refusal.limit_name)
             words = _LIMIT_WORDS.get(refusal.limit_name, refusal.limit_name)
+            headers = rate_limit_headers(exc.windows, refusal.limit_name, refusal.retry_after_s)
             if refusal.kind is LimitKind.BUDGET:
                 raise BudgetExhausted(
                     f"{words} exhausted ({refusal.limit_name}); it renews with its period",
                     code=refusal.limit_name,
                     retry_after=refusal.retry_after_s,
+                    headers=headers,
                 ) from exc
             raise RateLimited(
                 f"rate limit reached: {words} (limit {refusal.limit})",
                 code=refusal.limit_name,
                 retry_after=refusal.retry_after_s,
+                headers=headers,
             ) from exc
         except QuotaBackendUnavailable as exc:
             if lane is not None:
@@ -337,7 +343,10 @@ class QuotaGate:
                 code="quota_unavailable",
                 retry_after=2,
             ) from exc
-        return _Settlement(self.backend, admission, lane, price, prompts)
+        headers = rate_limit_headers(admission.windows) if admission is not None else {}
+        return _Settlement(
+            self.backend, admission, lane, price, prompts, rate_limit_headers=headers
+        )
 
     def _tier(
         self,

@@ -22,6 +22,7 @@ from hydrant.platform.quotas.checks import (
     QuotaExceeded,
     Refusal,
     WindowCheck,
+    WindowState,
     resolve_actuals,
     validate_checks,
 )
@@ -82,12 +83,25 @@ class InMemoryQuotaBackend:
         now = self._clock()
         refusals = [r for r in (self._evaluate(c, now) for c in plan) if r is not None]
         if refusals:
-            raise QuotaExceeded(refusals)
+            raise QuotaExceeded(refusals, self._window_states(plan, now))
         rid = uuid.uuid4().hex
         for check in plan:
             self._consume(check, rid, now)
         self._sweep(now)
-        return Admission(reservation_id=rid, checks=plan)
+        return Admission(reservation_id=rid, checks=plan, windows=self._window_states(plan, now))
+
+    def _window_states(self, checks: Sequence[Check], now: float) -> tuple[WindowState, ...]:
+        states = []
+        for check in checks:
+            if not isinstance(check, WindowCheck):
+                continue
+            window = self._windows.get(check.key) or _Window()
+            reset = 0.0
+            if window.entries:
+                reset = max(0.0, next(iter(window.entries.values()))[0] + check.window_s - now)
+            remaining = max(0, check.limit - window.total)
+            states.append(WindowState(check.name, check.limit, remaining, reset))
+        return tuple(states)
 
     def _evaluate(self, check: Check, now: float) -> Refusal | None:
         if isinstance(check, WindowCheck):

@@ -31,6 +31,7 @@ from hydrant.platform.quotas.checks import (
     QuotaExceeded,
     Refusal,
     WindowCheck,
+    WindowState,
     resolve_actuals,
     validate_checks,
 )
@@ -140,16 +141,17 @@ class RedisQuotaBackend:
     async def admit(self, checks: Sequence[Check]) -> Admission:
         plan = validate_checks(checks)
         rid = uuid.uuid4().hex
-        reply = cast(list[int], await self._run(_ADMIT, plan, rid))
-        if int(reply[0]) == 1:
-            return Admission(reservation_id=rid, checks=plan)
+        reply = [int(v) for v in cast(list[int], await self._run(_ADMIT, plan, rid))]
+        if reply[0] == 1:
+            return Admission(reservation_id=rid, checks=plan, windows=_windows(plan, reply[1:]))
         refusals = []
-        for position in range(1, len(reply), 2):
-            check = plan[int(reply[position]) - 1]
-            retry_ms = int(reply[position + 1])
+        end = 2 + 2 * reply[1]
+        for position in range(2, end, 2):
+            check = plan[reply[position] - 1]
+            retry_ms = reply[position + 1]
             retry = None if retry_ms < 0 else retry_ms / 1000
             refusals.append(Refusal(check.name, check.kind, check.limit, retry))
-        raise QuotaExceeded(refusals)
+        raise QuotaExceeded(refusals, _windows(plan, reply[end:]))
 
     async def settle(self, admission: Admission, actual: Mapping[str, int] | None = None) -> None:
         amounts = resolve_actuals(admission, actual)
@@ -191,3 +193,13 @@ class RedisQuotaBackend:
             await self._scripts.aclose()
         if self._owns_client:
             await self._client.aclose()
+
+
+def _windows(plan: Sequence[Check], triples: Sequence[int]) -> tuple[WindowState, ...]:
+    """The (check, total, reset_ms) triples of an ADMIT reply as window states."""
+    states = []
+    for position in range(0, len(triples), 3):
+        check = plan[triples[position] - 1]
+        remaining = max(0, check.limit - triples[position + 1])
+        states.append(WindowState(check.name, check.limit, remaining, triples[position + 2] / 1000))
+    return tuple(states)

@@ -18,6 +18,10 @@ Requires Redis >= 3.2 (effects replication, so a script may read TIME before
 writing). Amounts are integers below 2**53 (Lua numbers are doubles): 9e15 tokens, or
 9 billion currency units in micro-units. Retry-after values come back in
 integer milliseconds, -1 meaning that waiting cannot help.
+
+ADMIT answers `{1, windows...}` when admitted, `{0, n, (check, retry_ms) * n, windows...}`
+when refused; `windows` is (check, total, reset_ms) per window check, read after the
+decision, for the rate-limit headers.
 """
 
 from __future__ import annotations
@@ -79,6 +83,23 @@ end
 ADMIT = (
     _COMMON
     + r"""
+-- Appends (check index, total, ms until its oldest entry leaves) per window check: what
+-- the rate-limit headers need, from this same call.
+local function window_states(out)
+  each_check(function(i, kind, keys, limit, p1, amount, p2)
+    if kind ~= 'w' then return end
+    local oldest = redis.call('ZRANGE', keys[1], 0, 0, 'WITHSCORES')
+    local reset = 0
+    if #oldest > 0 then
+      reset = math.max(0, math.ceil((tonumber(oldest[2]) + p1 - now) * 1000))
+    end
+    out[#out + 1] = i
+    out[#out + 1] = field(keys[2], 'total')
+    out[#out + 1] = reset
+  end)
+  return out
+end
+
 local refusals = {}
 each_check(function(i, kind, keys, limit, p1, amount, p2)
   cleanup(kind, keys, p1)
@@ -112,8 +133,9 @@ each_check(function(i, kind, keys, limit, p1, amount, p2)
   end
 end)
 if #refusals > 0 then
-  table.insert(refusals, 1, 0)
-  return refusals
+  local reply = {0, #refusals / 2}
+  for _, v in ipairs(refusals) do reply[#reply + 1] = v end
+  return window_states(reply)
 end
 each_check(function(i, kind, keys, limit, p1, amount, p2)
   if kind == 'w' then
@@ -135,7 +157,7 @@ each_check(function(i, kind, keys, limit, p1, amount, p2)
     if redis.call('PTTL', keys[2]) < ttl then redis.call('PEXPIRE', keys[2], ttl) end
   end
 end)
-return {1}
+return window_states({1})
 """
 )
 

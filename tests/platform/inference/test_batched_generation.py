@@ -5,7 +5,8 @@ what is tested here is the bookkeeping: aborts, settlement and the one ledger en
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
 from typing import Any, cast
 
 import pytest
@@ -77,6 +78,8 @@ class Books:
         books = self
 
         class _Admission:
+            rate_limit_headers: Mapping[str, str] = MappingProxyType({})
+
             async def settle(self, outcome: Outcome) -> None:
                 books.settled.append(outcome)
 

@@ -14,6 +14,7 @@ from hydrant.platform.quotas import (
     QuotaBackend,
     QuotaExceeded,
     WindowCheck,
+    WindowState,
 )
 
 DAY_END = 1_750_000_000.0 + 3_600.0
@@ -250,3 +251,25 @@ async def test_usage_of_an_untouched_limit_is_zero(backend: QuotaBackend) -> Non
     assert await backend.usage(rate()) == LimitUsage(used=0)
     assert await backend.usage(budget(1)) == LimitUsage(used=0, reserved=0)
     assert await backend.usage(ConcurrencyCheck("s", "{t1}:c", 1)) == LimitUsage(used=0)
+
+
+async def test_admit_reports_each_window_as_it_left_it(
+    backend: QuotaBackend, clock: ManualClock
+) -> None:
+    """What the rate-limit headers read comes back from the admit call itself."""
+    tokens = WindowCheck("tokens", "{t1}:tpm", 100, 60.0, 30)
+    first = await backend.admit([rate(limit=3, window=10.0), tokens, budget(5)])
+    assert first.windows == (
+        WindowState("rate", 3, 2, 10.0),
+        WindowState("tokens", 100, 70, 60.0),
+    )
+    clock.advance(4)
+    second = await backend.admit([rate(limit=3, window=10.0), tokens])
+    assert [(w.remaining, w.reset_s) for w in second.windows] == [(1, 6.0), (40, 56.0)]
+    await backend.admit([rate(limit=3, window=10.0)])
+    error = await refused(backend, rate(limit=3, window=10.0), tokens)
+    assert error.windows == (
+        WindowState("rate", 3, 0, 6.0),
+        WindowState("tokens", 100, 40, 56.0),
+    )
+    assert error.refusal.retry_after_s == pytest.approx(6.0)
