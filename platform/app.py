@@ -25,6 +25,7 @@ from hydrant.platform.auth.dependencies import (
     require_inference,
 )
 from hydrant.platform.batches.controllers import BatchesController
+from hydrant.platform.credits.controllers import AccountBalanceController, CreditAdminController
 from hydrant.platform.digests.controllers import (
     DigestAdminController,
     StuckDigestController,
@@ -85,6 +86,8 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         PriceBookController,
         AccountController,
         AccountKeysController,
+        CreditAdminController,
+        AccountBalanceController,
         CostReportController,
         UsageController,
         DigestAdminController,  # /admin/tenants/{id}/digest

@@ -86,6 +86,15 @@ class BudgetExhausted(DomainError):
     default_code = "budget_exhausted"
 
 
+class InsufficientQuota(DomainError):
+    """A prepaid tenant's credits cannot cover the request: OpenAI's own refusal for an
+    account out of credit (429, type and code `insufficient_quota`)."""
+
+    status = 429
+    type = "insufficient_quota"
+    default_code = "insufficient_quota"
+
+
 class ServiceUnavailable(DomainError):
     status = 503
     type = "server_error"

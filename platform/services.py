@@ -37,6 +37,7 @@ from hydrant.platform.batches.runner import BatchRunner
 from hydrant.platform.batches.service import BatchService
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.billing.pricing import Price
+from hydrant.platform.credits.service import CreditBook
 from hydrant.platform.db.session import Database
 from hydrant.platform.dispatch.service import PoolManager, build_pools
 from hydrant.platform.files.deps import build_file_store
@@ -150,6 +151,7 @@ class InferenceServices:
         device_price = DevicePrice(settings.device_price_per_hour)
         ledger = DatabaseLedger(database, spool, device_price, commit=settings.ledger_commit)
         metrics.watch_spool(spool)
+        credit_book = CreditBook(database)  # prepaid plans: admission and payment from grants
         gate = QuotaGate(
             backend,
             prices,
@@ -159,9 +161,12 @@ class InferenceServices:
             batch_lane_busy_slots=settings.batch_lane_busy_slots,
             on_refusal=metrics.observe_quota_refusal,
             on_lane_wait=metrics.observe_long_lane_queue,
+            credit_source=credit_book,
         )
         metered = MeteredLedger(ledger, metrics, prices=prices, device_price=device_price)
-        inference = InferenceService(gate, metered, ready=ledger.ensure_recordable)
+        inference = InferenceService(
+            gate, metered, ready=ledger.ensure_recordable, after_record=credit_book.after_record
+        )
         abuse = AbuseGuard(on_event=lambda event: metrics.abuse_events.labels(event).inc())
         responses = ResponseStore(
             database, settings.responses_store_days, ResponseSealer(server_secret)

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Numeric,
     String,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -64,6 +65,8 @@ class Plan(Base):
     # The Batch API's queue limit (OpenAI's "enqueued tokens"): prompt tokens of a tenant's
     # unfinished batches of one model, apart from every interactive limit (migration 0007).
     batch_queue_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    # Prepaid (migration 0008): requests are admitted only against the tenant's credits.
+    prepaid: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
@@ -371,3 +374,7 @@ from hydrant.platform.db.batch_models import Batch as Batch  # noqa: E402
 from hydrant.platform.db.batch_models import BatchLine as BatchLine  # noqa: E402
 from hydrant.platform.db.batch_models import FileBlob as FileBlob  # noqa: E402
 from hydrant.platform.db.batch_models import StoredFile as StoredFile  # noqa: E402
+
+# --- Prepaid credits (issue #26): grants and their applications (db/credit_models.py) -----
+from hydrant.platform.db.credit_models import CreditApplication as CreditApplication  # noqa: E402
+from hydrant.platform.db.credit_models import CreditGrant as CreditGrant  # noqa: E402

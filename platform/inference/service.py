@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.protocol import GenerateChunk, GenerateRequest, RequestUsage
@@ -82,6 +83,9 @@ def _combined(usages: list[RequestUsage]) -> RequestUsage:
     )
 
 
+# Run once a request's ledger entry is recorded (the credits domain pays it from grants).
+AfterRecord = Callable[[RequestContext[Any]], Awaitable[None]]
+
 _END = object()  # a prompt's stream is over (in the merge queue)
 
 
@@ -97,12 +101,14 @@ class Generation:
         prompts: list[_Prompt],
         admission: Admission,
         ledger: LedgerWriter,
+        after_record: AfterRecord | None = None,
     ) -> None:
         self.ctx = ctx
         self._model = model
         self._prompts = prompts
         self._admission = admission
         self._ledger = ledger
+        self._after_record = after_record
         self._status: EntryStatus | None = None
         self._settled = False
         self._pumps: list[asyncio.Task[None]] = []
@@ -197,6 +203,8 @@ class Generation:
             for result in (recorded, settled):  # the ledger's error first: it is the one to report
                 if isinstance(result, BaseException):
                     raise result
+            if self._after_record is not None:  # the entry is written: e.g. pay it from credits
+                await self._after_record(self.ctx)
         finally:
             usage = outcome.usage
             # One line per request: ids and counts only, never prompt or completion text.
@@ -236,10 +244,12 @@ class InferenceService:
         gatekeeper: Gatekeeper,
         ledger: LedgerWriter,
         ready: Callable[[], Awaitable[None]] | None = None,
+        after_record: AfterRecord | None = None,
     ) -> None:
         self.gatekeeper = gatekeeper
         self.ledger = ledger
         self._ready = ready  # raises when the request could not be metered (spool full)
+        self._after_record = after_record  # once an entry is in this service's ledger
 
     async def start(
         self, ctx: RequestContext, model: ServedModel, *, ledger: LedgerWriter | None = None
@@ -288,7 +298,9 @@ class InferenceService:
         for started, first in zip(prompts, firsts, strict=True):
             if isinstance(first, GenerateChunk):  # all are, past the check above
                 started.first = first
-        return Generation(ctx, model, prompts, admission, ledger or self.ledger)
+        # A ledger of the caller's (a batch line's) is written later, by the caller.
+        after = self._after_record if ledger is None else None
+        return Generation(ctx, model, prompts, admission, ledger or self.ledger, after)
 
     @staticmethod
     async def _refuse(

@@ -89,6 +89,10 @@ class BudgetCheck:
     The request's maximum cost is reserved at admission and settled to the actual
     cost afterwards, so concurrent requests can never overspend; an unsettled
     reservation is dropped after `lease_s` (a crashed gateway does not hold it).
+
+    `floor`: what the durable record (the database) says is already spent; the store's
+    `spent` is raised to it before the check, so a store that lost its state (a Redis
+    restart) never counts less than what was really spent (prepaid credits use it).
     """
 
     name: str
@@ -97,6 +101,7 @@ class BudgetCheck:
     amount: int
     period_end: float
     lease_s: float = 900.0
+    floor: int = 0
     kind: LimitKind = field(default=LimitKind.BUDGET, init=False)
 
     def __post_init__(self) -> None:
@@ -104,6 +109,7 @@ class BudgetCheck:
         _require_name(self.key, "key")
         _require_int(self.limit, "limit")
         _require_int(self.amount, "amount")
+        _require_int(self.floor, "floor")
         _require_seconds(self.lease_s, "lease_s")
         if isinstance(self.period_end, bool) or not isinstance(self.period_end, int | float):
             raise TypeError("period_end must be epoch seconds")

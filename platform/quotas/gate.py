@@ -21,9 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from hydrant.platform.billing.money import round_money
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
 from hydrant.platform.errors import (
     BudgetExhausted,
+    InsufficientQuota,
     InvalidRequest,
     RateLimited,
     ServiceUnavailable,
@@ -47,9 +49,18 @@ from hydrant.platform.quotas import (
 )
 from hydrant.platform.quotas.admission import Admission, BatchTicket, Prepared, RequestContext
 from hydrant.platform.quotas.batch_lane import BatchLane
+from hydrant.platform.quotas.credit_check import (
+    CREDIT,
+    NO_CREDITS,
+    CreditSource,
+    CreditStanding,
+)
 from hydrant.platform.quotas.rate_headers import rate_limit_headers
 
 log = logging.getLogger(__name__)
+
+# A credit refusal with a wait this short is one where only reservations block the request.
+CREDIT_HELD_RETRY_S = 60.0
 
 PriceLookup = Callable[[str], Price | None]
 
@@ -183,6 +194,34 @@ class _LineSettlement:
             self.lane.leave()
 
 
+def format_money(value: Decimal) -> str:
+    return f"{round_money(value):f}"
+
+
+def _insufficient(
+    standing: CreditStanding,
+    cost: Decimal,
+    retry_after_s: float | None,
+    headers: Mapping[str, str],
+) -> InsufficientQuota:
+    """OpenAI's refusal for an account out of credit, naming the balance. A retry helps
+    only when requests in flight hold the credit (a short retry-after then): a request
+    the balance itself cannot cover waits for a top-up, so it gets none."""
+    held = retry_after_s is not None and retry_after_s <= CREDIT_HELD_RETRY_S
+    message = (
+        f"You exceeded your current quota: your prepaid balance is "
+        f"{format_money(standing.balance)} {standing.currency} and this request could cost up "
+        f"to {format_money(cost)} {standing.currency}"
+    )
+    if held:
+        message += " (part of the balance is held by requests in progress; retry shortly)"
+    else:
+        message += "; add credits to continue"
+    return InsufficientQuota(
+        message, retry_after=retry_after_s if held else None, headers=dict(headers)
+    )
+
+
 def _quota(ctx: RequestContext) -> tuple[TierPolicy, TenantQuota]:
     plan = ctx.plan
     return (plan.tiers if plan is not None else TierPolicy()), TenantQuota.of(plan)
@@ -212,9 +251,11 @@ class QuotaGate:
         batch_lane_busy_slots: int = 0,
         on_refusal: Callable[[str, str], None] | None = None,
         on_lane_wait: Callable[[str, float], None] | None = None,
+        credit_source: CreditSource | None = None,
     ) -> None:
         self.backend = backend
         self.prices = prices
+        self.credit_source = credit_source  # None: a prepaid plan's tenant has no credits
         self._lanes: dict[str, LongLane] = {}
         self._lane_slots = long_lane_slots
         self._lane_queue = long_lane_queue
@@ -302,25 +343,33 @@ class QuotaGate:
                     code="long_lane_timeout",
                     retry_after=policy.long_queue_timeout_s,
                 ) from None
-        checks = build_checks(
-            tenant_id=ctx.tenant_id,
-            key_id=ctx.api_key_id or "none",
-            tier=tier,
-            quota=quota,
-            reserve_tokens=reserve_tokens,
-            reserve_money=reserve,
-            requests=prompts,
-            at=ctx.started_at,
-        )
+        standing: CreditStanding | None = None
         try:
+            if ctx.plan is not None and ctx.plan.prepaid:
+                standing = NO_CREDITS
+                if self.credit_source is not None:
+                    standing = await self.credit_source.standing(ctx.tenant_id)
+            checks = build_checks(
+                tenant_id=ctx.tenant_id,
+                key_id=ctx.api_key_id or "none",
+                tier=tier,
+                quota=quota,
+                reserve_tokens=reserve_tokens,
+                reserve_money=reserve,
+                requests=prompts,
+                at=ctx.started_at,
+                credit=standing,
+            )
             admission = await self.backend.admit(checks) if checks else None
         except QuotaExceeded as exc:
             if lane is not None:
                 lane.leave(prompts)
-            refusal = exc.refusal
+            refusal = next((r for r in exc.refusals if r.limit_name == CREDIT), exc.refusal)
             refused(refusal.limit_name)
             words = _LIMIT_WORDS.get(refusal.limit_name, refusal.limit_name)
             headers = rate_limit_headers(exc.windows, refusal.limit_name, refusal.retry_after_s)
+            if refusal.limit_name == CREDIT and standing is not None:
+                raise _insufficient(standing, reserve, refusal.retry_after_s, headers) from exc
             if refusal.kind is LimitKind.BUDGET:
                 raise BudgetExhausted(
                     f"{words} exhausted ({refusal.limit_name}); it renews with its period",
@@ -343,6 +392,10 @@ class QuotaGate:
                 code="quota_unavailable",
                 retry_after=2,
             ) from exc
+        except BaseException:
+            if lane is not None:  # e.g. the credits could not be read: the place goes back
+                lane.leave(prompts)
+            raise
         headers = rate_limit_headers(admission.windows) if admission is not None else {}
         return _Settlement(
             self.backend, admission, lane, price, prompts, rate_limit_headers=headers

@@ -81,6 +81,10 @@ class InMemoryQuotaBackend:
     async def admit(self, checks: Sequence[Check]) -> Admission:
         plan = validate_checks(checks)
         now = self._clock()
+        for check in plan:
+            if isinstance(check, BudgetCheck) and check.floor > 0:
+                budget = self._budgets.setdefault(check.key, _Budget(period_end=check.period_end))
+                budget.spent = max(budget.spent, check.floor)
         refusals = [r for r in (self._evaluate(c, now) for c in plan) if r is not None]
         if refusals:
             raise QuotaExceeded(refusals, self._window_states(plan, now))

@@ -20,6 +20,7 @@ from hydrant.platform.quotas.checks import (
     ConcurrencyCheck,
     WindowCheck,
 )
+from hydrant.platform.quotas.credit_check import CREDIT, CreditStanding, credit_check
 from hydrant.platform.quotas.periods import BudgetPeriod, period_window
 from hydrant.platform.quotas.policy import PlanPolicy
 from hydrant.platform.quotas.tiers import TierDecision
@@ -31,7 +32,7 @@ CONCURRENCY = "concurrency"
 TOKENS_DAY, TOKENS_MONTH = "tokens_day", "tokens_month"
 SPEND_DAY, SPEND_MONTH = "spend_day", "spend_month"
 _TOKEN_CHECKS = (TENANT_TPM, TOKENS_DAY, TOKENS_MONTH)
-_MONEY_CHECKS = (SPEND_DAY, SPEND_MONTH)
+_MONEY_CHECKS = (SPEND_DAY, SPEND_MONTH, CREDIT)
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,14 @@ def build_checks(
     at: datetime,
     lease_s: float = 900.0,
     requests: int = 1,
+    credit: CreditStanding | None = None,
 ) -> tuple[Check, ...]:
     """The checks for one request, reserving its maximum tokens and cost.
 
     `requests` is how many prompts the request holds (a batched completion): the per-key
     tier rate counts prompts, since each is a sequence of that size on the device; the
     tenant's requests per minute count the HTTP request once, as OpenAI counts a batch.
+    `credit`: a prepaid tenant's standing; its maximum cost is reserved against them.
     """
     tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
     _require_id(key_id, "key_id")
@@ -109,6 +112,8 @@ def build_checks(
     if quota.max_concurrent is not None:
         checks.append(ConcurrencyCheck(CONCURRENCY, f"{tag}:conc", quota.max_concurrent, lease_s))
     checks.extend(budget_checks(tag, quota, reserve_tokens, micros, at, lease_s))
+    if credit is not None:
+        checks.append(credit_check(tag, credit, reserve_money, at, lease_s))
     return tuple(checks)
 
 

@@ -33,6 +33,8 @@ class PlanPolicy:
     allowed_models: frozenset[str] | None
     # Prompt tokens a tenant's unfinished batches of one model may hold (None: unlimited).
     batch_queue_tokens: int | None = None
+    # Admitted only against the tenant's prepaid credits (a reservation of its max cost).
+    prepaid: bool = False
 
     @classmethod
     def from_row(cls, plan: Plan) -> PlanPolicy:
@@ -58,6 +60,7 @@ class PlanPolicy:
                 frozenset(plan.allowed_models) if plan.allowed_models is not None else None
             ),
             batch_queue_tokens=plan.batch_queue_tokens,
+            prepaid=bool(plan.prepaid),
         )
 
     def allows_model(self, name: str) -> bool:

@@ -108,10 +108,11 @@ class RedisQuotaBackend:
     @staticmethod
     def _params(check: Check, amount: int, p1: float | None = None) -> list[str | int | float]:
         if isinstance(check, WindowCheck):
-            return ["w", check.limit, check.window_s, amount, 0]
+            return ["w", check.limit, check.window_s, amount, 0, 0]
         if isinstance(check, ConcurrencyCheck):
-            return ["c", check.limit, check.lease_s, 0, check.retry_after_s]
-        return ["b", check.limit, check.lease_s if p1 is None else p1, amount, check.period_end]
+            return ["c", check.limit, check.lease_s, 0, check.retry_after_s, 0]
+        lease = check.lease_s if p1 is None else p1
+        return ["b", check.limit, lease, amount, check.period_end, check.floor]
 
     async def _run(
         self,

@@ -6,13 +6,14 @@ race a GET-then-INCR would have). Every script takes the same argument layout:
 
     ARGV[1] now (epoch seconds; empty: use the Redis server's clock, so all
             gateways share one clock), ARGV[2] reservation id, ARGV[3] number of
-            checks, then 5 values per check: kind, limit, p1, amount, p2
+            checks, then 6 values per check: kind, limit, p1, amount, p2, p3
     KEYS    per check: window 'w' -> zset(rid->time), hash(total, r:<rid> -> weight)
                        slots 'c'  -> zset(rid->lease expiry)
                        budget 'b' -> hash(spent, reserved, r:<rid> -> amount),
                                      zset(rid->lease expiry)
     p1/p2   window: window_s / -;  slots: lease_s / retry_after_s;
             budget: lease_s / period_end
+    p3      budget: the floor of `spent` (ADMIT raises `spent` to it); else 0
 
 Requires Redis >= 3.2 (effects replication, so a script may read TIME before
 writing). Amounts are integers below 2**53 (Lua numbers are doubles): 9e15 tokens, or
@@ -53,18 +54,19 @@ local function field(h, name)
   return tonumber(redis.call('HGET', h, name)) or 0
 end
 
--- Iterate checks: calls fn(i, kind, keys_table, limit, p1, amount, p2).
+-- Iterate checks: calls fn(i, kind, keys_table, limit, p1, amount, p2, p3).
 local function each_check(fn)
   local ki, ai = 1, 4
   for i = 1, n do
     local kind = ARGV[ai]
     local limit, p1 = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
     local amount, p2 = tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4])
-    ai = ai + 5
+    local p3 = tonumber(ARGV[ai + 5])
+    ai = ai + 6
     local keys
     if kind == 'c' then keys = {KEYS[ki]}; ki = ki + 1
     else keys = {KEYS[ki], KEYS[ki + 1]}; ki = ki + 2 end
-    fn(i, kind, keys, limit, p1, amount, p2)
+    fn(i, kind, keys, limit, p1, amount, p2, p3)
   end
 end
 
@@ -101,8 +103,11 @@ local function window_states(out)
 end
 
 local refusals = {}
-each_check(function(i, kind, keys, limit, p1, amount, p2)
+each_check(function(i, kind, keys, limit, p1, amount, p2, p3)
   cleanup(kind, keys, p1)
+  if kind == 'b' and p3 > field(keys[1], 'spent') then
+    redis.call('HSET', keys[1], 'spent', p3)
+  end
   local retry = false
   if kind == 'w' then
     local total = field(keys[2], 'total')

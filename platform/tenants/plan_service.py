@@ -35,6 +35,7 @@ _COPIED_FIELDS = (
     "tokens_per_day",
     "tokens_per_month",
     "batch_queue_tokens",
+    "prepaid",
 )
 
 

@@ -44,6 +44,7 @@ class PlanCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     fair_share_weight: Weight = "1"
     allowed_models: ModelNames | None = None
     batch_queue_tokens: BigCount | None = None
+    prepaid: bool = False  # admitted only against the tenant's credits (platform/credits)
 
 
 class PlanUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -63,6 +64,7 @@ class PlanUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
     fair_share_weight: Weight | UnsetType = UNSET
     allowed_models: ModelNames | UnsetType | None = UNSET
     batch_queue_tokens: BigCount | UnsetType | None = UNSET
+    prepaid: bool | UnsetType = UNSET
 
 
 class PlanView(Struct, kw_only=True):
@@ -84,6 +86,7 @@ class PlanView(Struct, kw_only=True):
     fair_share_weight: str
     allowed_models: list[str] | None
     batch_queue_tokens: int | None
+    prepaid: bool
     created_at: datetime
     updated_at: datetime
 
@@ -110,6 +113,7 @@ class PlanView(Struct, kw_only=True):
             fair_share_weight=format_decimal(plan.fair_share_weight, 1),
             allowed_models=plan.allowed_models,
             batch_queue_tokens=plan.batch_queue_tokens,
+            prepaid=plan.prepaid,
             created_at=plan.created_at,
             updated_at=plan.updated_at,
         )

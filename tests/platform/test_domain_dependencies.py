@@ -15,7 +15,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORM = ROOT / "platform"
 # Below the inference API: none of these may import it (it builds on them).
-BELOW_INFERENCE = ("auth", "billing", "db", "ledger", "metrics", "quotas", "tenants", "keys")
+BELOW_INFERENCE = (
+    "auth",
+    "billing",
+    "credits",
+    "db",
+    "ledger",
+    "metrics",
+    "quotas",
+    "tenants",
+    "keys",
+)
 
 
 def _domain(path: Path, platform: Path) -> str:

@@ -273,3 +273,15 @@ async def test_admit_reports_each_window_as_it_left_it(
         WindowState("tokens", 100, 40, 56.0),
     )
     assert error.refusal.retry_after_s == pytest.approx(6.0)
+
+
+async def test_a_budget_never_counts_less_than_its_floor(backend: QuotaBackend) -> None:
+    """A store that lost its state is raised to what the database says was spent."""
+    floored = BudgetCheck("credit", "{t1}:credit", 100, 30, DAY_END, 900.0, floor=60)
+    await backend.admit([floored])
+    assert await backend.usage(floored) == LimitUsage(used=60, reserved=30)
+    error = await refused(backend, BudgetCheck("credit", "{t1}:credit", 100, 11, DAY_END))
+    assert error.refusal.limit_name == "credit"
+    lower = BudgetCheck("credit", "{t1}:credit", 100, 10, DAY_END, 900.0, floor=20)
+    await backend.admit([lower])  # a stale, lower floor takes nothing back
+    assert await backend.usage(lower) == LimitUsage(used=60, reserved=40)

@@ -1,0 +1,1 @@
+"""Prepaid credits: grants per tenant, the balance, and paying ledger entries from them."""

@@ -1,0 +1,74 @@
+"""Bodies of the credits API: admin grants (`/admin/tenants/{id}/credits`) and the
+tenant's `/account/balance`. Money is a decimal string, never a JSON float."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct
+
+from hydrant.platform.credits.repository import GrantRow
+from hydrant.platform.credits.service import Balance
+from hydrant.platform.prices.decimal_text import DecimalText, format_decimal
+
+Currency = Annotated[str, Meta(pattern=r"^[A-Za-z]{3}$")]
+Note = Annotated[str, Meta(max_length=200)]
+
+
+class GrantCreate(Struct, kw_only=True, forbid_unknown_fields=True):
+    kind: Literal["paid", "promo"]
+    amount: DecimalText
+    currency: Currency = "USD"
+    expires_at: datetime | None = None
+    note: Note = ""
+
+
+class GrantView(Struct, kw_only=True):
+    id: str
+    object: Literal["credit_grant"] = "credit_grant"
+    tenant_id: str
+    kind: str
+    amount: str
+    used: str
+    remaining: str  # what it can still pay: 0 once voided or expired
+    currency: str
+    note: str
+    created_at: datetime
+    expires_at: datetime | None
+    voided_at: datetime | None
+
+    @classmethod
+    def of(cls, row: GrantRow, remaining: Decimal) -> GrantView:
+        grant = row.grant
+        return cls(
+            id=grant.id,
+            tenant_id=grant.tenant_id,
+            kind=grant.kind,
+            amount=format_decimal(grant.amount),
+            used=format_decimal(row.used),
+            remaining=format_decimal(remaining),
+            currency=grant.currency,
+            note=grant.note,
+            created_at=grant.created_at,
+            expires_at=grant.expires_at,
+            voided_at=grant.voided_at,
+        )
+
+
+class BalanceView(Struct, kw_only=True):
+    object: Literal["credit_balance"] = "credit_balance"
+    tenant_id: str
+    currency: str
+    available: str
+    grants: list[GrantView]
+
+    @classmethod
+    def of(cls, balance: Balance) -> BalanceView:
+        return cls(
+            tenant_id=balance.tenant_id,
+            currency=balance.currency,
+            available=format_decimal(balance.available),
+            grants=[GrantView.of(row, left) for row, left in balance.grants],
+        )

@@ -1,0 +1,255 @@
+"""Prepaid credits: grant, void, list, the balance, and paying ledger entries from grants.
+
+A balance is never stored. It is the grants less their applications, and the
+applications are derived from the ledger: each charged entry of a prepaid tenant,
+from its first grant on, is split over its grants (allocation.py) once, keyed by its
+request id, in a transaction that holds the tenant's row lock. So the ledger stays the
+one source of truth and a replayed or late entry is paid exactly once, whenever it
+lands. Admission (quotas/credit_check.py) reserves each request's maximum cost against
+the standing read here, so the balance cannot be overdrawn by concurrent requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hydrant.platform.auth.principal import Principal
+from hydrant.platform.billing.money import round_money
+from hydrant.platform.credits import repository
+from hydrant.platform.credits.allocation import GrantFunds, allocate
+from hydrant.platform.credits.repository import GrantRow
+from hydrant.platform.db.base import utcnow
+from hydrant.platform.db.credit_models import CREDIT_KINDS, CreditApplication, CreditGrant
+from hydrant.platform.db.session import Database
+from hydrant.platform.errors import Conflict, InvalidRequest, NotFound
+from hydrant.platform.quotas.admission import RequestContext
+from hydrant.platform.quotas.credit_check import CreditStanding
+from hydrant.platform.tenants.repository import get_tenant
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CURRENCY = "USD"
+MAX_GRANT = Decimal("1000000000")  # a billion: micro-units stay far below 2**53 in Redis
+
+
+def live(grant: CreditGrant, now: datetime) -> bool:
+    return grant.voided_at is None and (grant.expires_at is None or grant.expires_at > now)
+
+
+def remaining(row: GrantRow, now: datetime) -> Decimal:
+    """What a grant can still pay now: nothing once voided or expired."""
+    if not live(row.grant, now):
+        return Decimal(0)
+    return max(Decimal(0), row.grant.amount - row.used)
+
+
+def standing_of(rows: Sequence[GrantRow], unpaid: Decimal, now: datetime) -> CreditStanding:
+    """The standing admission checks against: `limit - spent` is what is left of the live
+    grants. A dead grant counts only what it paid (the rest is gone); what no grant paid
+    counts on both sides, so it neither adds to nor takes from the balance."""
+    spent = sum((row.used for row in rows), Decimal(0)) + unpaid
+    left = sum((remaining(row, now) for row in rows), Decimal(0))
+    currency = rows[0].grant.currency if rows else DEFAULT_CURRENCY
+    return CreditStanding(limit=spent + left, spent=spent, currency=currency)
+
+
+async def read_standing(session: AsyncSession, tenant_id: str, now: datetime) -> CreditStanding:
+    rows = await repository.grants_with_use(session, tenant_id)
+    return standing_of(rows, await repository.unpaid_total(session, tenant_id), now)
+
+
+async def apply_entries(
+    session: AsyncSession,
+    tenant_id: str,
+    now: datetime,
+    request_ids: Sequence[str] | None = None,
+) -> int:
+    """Pay the tenant's unapplied ledger entries from its grants, oldest entry first; how
+    many entries were applied. Idempotent: an applied entry is never applied again."""
+    if not await repository.lock_tenant(session, tenant_id):
+        return 0
+    rows = await repository.grants_with_use(session, tenant_id)
+    if not rows:
+        return 0
+    since = min(row.grant.created_at for row in rows)
+    entries = await repository.pending_entries(session, tenant_id, since, request_ids)
+    if not entries:
+        return 0
+    funds = {row.grant.id: row for row in rows}
+    left = {gid: row.grant.amount - row.used for gid, row in funds.items()}
+    for entry in entries:
+        grants = [
+            GrantFunds(
+                gid,
+                row.grant.kind,
+                left[gid] if row.grant.voided_at is None else Decimal(0),
+                row.grant.expires_at,
+                row.grant.created_at,
+            )
+            for gid, row in funds.items()
+        ]
+        allocation = allocate(entry.charged, grants, entry.finished_at)
+        for grant_id, amount in allocation.parts:
+            left[grant_id] -= amount
+            session.add(
+                CreditApplication(
+                    tenant_id=tenant_id,
+                    request_id=entry.request_id,
+                    grant_id=grant_id,
+                    amount=amount,
+                    applied_at=now,
+                )
+            )
+        if allocation.unpaid > 0:
+            log.warning(
+                "a prepaid charge exceeded the tenant's credits",
+                extra={"tenant_id": tenant_id, "request_id": entry.request_id},
+            )
+            session.add(
+                CreditApplication(
+                    tenant_id=tenant_id,
+                    request_id=entry.request_id,
+                    grant_id=None,
+                    amount=allocation.unpaid,
+                    applied_at=now,
+                )
+            )
+    await session.flush()
+    return len(entries)
+
+
+@dataclass(frozen=True)
+class Balance:
+    tenant_id: str
+    currency: str
+    available: Decimal
+    grants: list[tuple[GrantRow, Decimal]]  # each grant with what it can still pay
+
+
+class CreditService:
+    """The admin and account API's rules, on the request's one unit of work."""
+
+    def __init__(self, session: AsyncSession, clock: Callable[[], datetime] = utcnow) -> None:
+        self._session = session
+        self._clock = clock
+
+    async def _tenant(self, principal: Principal, tenant_id: str) -> str:
+        tenant = await get_tenant(self._session, principal, tenant_id)
+        if tenant is None:
+            raise NotFound(f"no tenant {tenant_id!r}", param="tenant_id")
+        return tenant.id
+
+    async def grant(
+        self,
+        principal: Principal,
+        tenant_id: str,
+        *,
+        kind: str,
+        amount: Decimal,
+        currency: str = DEFAULT_CURRENCY,
+        expires_at: datetime | None = None,
+        note: str = "",
+    ) -> tuple[GrantRow, Decimal]:
+        """A new grant, and what it can pay (all of it)."""
+        tenant = await self._tenant(principal, tenant_id)
+        if kind not in CREDIT_KINDS:
+            raise InvalidRequest("kind must be 'paid' or 'promo'", param="kind")
+        if amount <= 0 or amount > MAX_GRANT or round_money(amount) != amount:
+            raise InvalidRequest(
+                "amount must be positive, at most 1e9, with at most 6 decimals", param="amount"
+            )
+        now = self._clock()
+        if expires_at is not None and expires_at <= now:
+            raise InvalidRequest("expires_at must be in the future", param="expires_at")
+        currency = currency.upper()
+        rows = await repository.grants_with_use(self._session, tenant)
+        if rows and rows[0].grant.currency != currency:
+            raise Conflict(
+                f"this tenant's credits are in {rows[0].grant.currency}, not {currency}",
+                param="currency",
+            )
+        grant = CreditGrant(
+            tenant_id=tenant,
+            kind=kind,
+            amount=amount,
+            currency=currency,
+            expires_at=expires_at,
+            note=note,
+            created_at=now,
+        )
+        self._session.add(grant)
+        await self._session.flush()
+        return GrantRow(grant, Decimal(0)), amount
+
+    async def void(
+        self, principal: Principal, tenant_id: str, grant_id: str
+    ) -> tuple[GrantRow, Decimal]:
+        """What is left of the grant can no longer be spent (what it paid stays paid)."""
+        grant = await repository.get_grant(self._session, principal, grant_id)
+        if grant is None or grant.tenant_id != tenant_id:
+            raise NotFound(f"no credit grant {grant_id!r}", param="grant_id")
+        if grant.voided_at is None:
+            grant.voided_at = self._clock()
+            await self._session.flush()
+        rows = await repository.grants_with_use(self._session, grant.tenant_id)
+        row = next(r for r in rows if r.grant.id == grant.id)
+        return row, remaining(row, self._clock())
+
+    async def balance(self, principal: Principal, tenant_id: str) -> Balance:
+        """The tenant's grants and balance, its pending ledger entries paid first (so the
+        balance is exact even for entries that reached the ledger late, from the spool)."""
+        tenant = await self._tenant(principal, tenant_id)
+        now = self._clock()
+        await apply_entries(self._session, tenant, now)
+        rows = await repository.grants_with_use(self._session, tenant)
+        standing = standing_of(rows, await repository.unpaid_total(self._session, tenant), now)
+        return Balance(
+            tenant_id=tenant,
+            currency=standing.currency,
+            available=standing.balance,
+            grants=[(row, remaining(row, now)) for row in rows],
+        )
+
+
+class CreditBook:
+    """The request path's side of credits, on its own sessions: the standing admission
+    reserves against (`CreditSource`), and paying an entry once the ledger has it."""
+
+    def __init__(self, database: Database, clock: Callable[[], datetime] = utcnow) -> None:
+        self._database = database
+        self._clock = clock
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def standing(self, tenant_id: str) -> CreditStanding:
+        async with self._database.session() as session:
+            return await read_standing(session, tenant_id, self._clock())
+
+    async def apply(self, tenant_id: str, request_ids: Sequence[str] | None = None) -> int:
+        # One applier per tenant in this process (the database lock orders processes); a
+        # lock per prepaid tenant seen, kept: a few bytes each.
+        lock = self._locks.setdefault(tenant_id, asyncio.Lock())
+        async with lock, self._database.session() as session:
+            return await apply_entries(session, tenant_id, self._clock(), request_ids)
+
+    async def after_record(self, ctx: RequestContext[Any]) -> None:
+        """Called once a request's ledger entry is written: a prepaid tenant's entry is
+        paid from its grants now (a failure here is repaired by the next balance read)."""
+        plan = ctx.plan
+        if plan is None or not plan.prepaid:
+            return
+        try:
+            await self.apply(ctx.tenant_id, [ctx.request_id])
+        except Exception:
+            log.warning(
+                "credits could not be applied now; the next balance read applies them",
+                extra={"tenant_id": ctx.tenant_id, "request_id": ctx.request_id},
+                exc_info=True,
+            )
