@@ -92,10 +92,11 @@ def upgrade() -> None:
             unique=False,
         )
 
-    with op.batch_alter_table("plans", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("prepaid", sa.Boolean(), server_default=sa.false(), nullable=False)
-        )
+    # Not batch mode: SQLite adds a NOT NULL column with a default in place, where a
+    # batch rebuild of `plans` would be refused by the tenants' foreign keys (see 0007).
+    op.add_column(
+        "plans", sa.Column("prepaid", sa.Boolean(), server_default=sa.false(), nullable=False)
+    )
 
 
 def downgrade() -> None:

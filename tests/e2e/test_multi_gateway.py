@@ -257,3 +257,61 @@ async def test_gateways_starting_together_all_load_prices(
     finally:
         for gateway in gateways:
             await gateway.stop()  # disposes its database too
+
+
+CREDIT_PROMO, CREDIT_PAID = Decimal("0.05"), Decimal("0.15")
+
+
+async def _credit_applications(url: str, tenant_id: str) -> list[asyncpg.Record]:
+    connection = await asyncpg.connect(_dsn(url))
+    try:
+        return await connection.fetch(
+            "SELECT request_id, grant_id, amount FROM credit_applications WHERE tenant_id = $1",
+            tenant_id,
+        )
+    finally:
+        await connection.close()
+
+
+async def test_prepaid_credits_hold_across_gateways(
+    gateways: list[RunningServer], shared_database: str
+) -> None:
+    """50 clients over both gateways against a prepaid tenant with a small balance: the
+    balance never goes below zero, refusals are OpenAI's `insufficient_quota`, and what
+    the grants paid equals the ledger's sum, to the micro-unit."""
+    plan = gateways[0].create_plan(f"prepaid-{secrets.token_hex(3)}", prepaid=True)
+    tenant_id, key = gateways[1].tenant_key("prepaid-tenant", plan=plan)
+    with gateways[0].admin() as admin:
+        for kind, amount in (("paid", CREDIT_PAID), ("promo", CREDIT_PROMO)):
+            granted = admin.post(
+                f"/admin/tenants/{tenant_id}/credits", json={"kind": kind, "amount": str(amount)}
+            )
+            assert granted.status_code == 201, granted.text
+    results = await storm(gateways, key, per_client=4, stop_on_refusal=True)
+
+    ok = [r for _, r in results if r.status_code == 200]
+    refused = [r for _, r in results if r.status_code != 200]
+    assert ok and refused
+    for response in refused:
+        assert response.status_code == 429, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["type"]) == ("insufficient_quota", "insufficient_quota")
+        assert "prepaid balance is" in error["message"]
+
+    served = {r.headers["x-request-id"] for r in ok}
+    rows = await ledger_for(shared_database, tenant_id, served)
+    assert {r["request_id"] for r in rows} == served
+    charged = sum((Decimal(r["charged"]) for r in rows), Decimal(0))
+    assert 0 < charged <= CREDIT_PROMO + CREDIT_PAID  # never overdrawn across both gateways
+
+    with httpx.Client(
+        base_url=gateways[0].base_url, headers={"Authorization": f"Bearer {key}"}
+    ) as tenant:
+        balance = tenant.get("/account/balance").json()  # pays any entry not yet applied
+    assert Decimal(balance["available"]) == CREDIT_PROMO + CREDIT_PAID - charged >= 0
+    applications = await _credit_applications(shared_database, tenant_id)
+    assert all(a["grant_id"] is not None for a in applications)  # nothing went unpaid
+    assert sum((Decimal(a["amount"]) for a in applications), Decimal(0)) == charged
+    assert {a["request_id"] for a in applications} == served
+    by_kind = {g["kind"]: Decimal(g["used"]) for g in balance["grants"]}
+    assert by_kind["promo"] == min(charged, CREDIT_PROMO)  # promo money is spent first
