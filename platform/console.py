@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from hydrant.platform.auth.from_settings import build_authenticator
 from hydrant.platform.auth.principal import CONSOLE, Principal
 from hydrant.platform.batches.book import BatchBook
+from hydrant.platform.credits.deps import provide_credit_service
+from hydrant.platform.credits.service import CreditService
 from hydrant.platform.db.session import Database
 from hydrant.platform.keys.deps import provide_key_service
 from hydrant.platform.keys.service import KeyService
@@ -35,6 +37,7 @@ class AdminServices:
     keys: KeyService
     prices: PriceService
     batches: BatchBook
+    credits: CreditService
 
 
 @asynccontextmanager
@@ -53,6 +56,7 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
                 prices=await provide_price_service(session, authenticator),
                 # Its own short units of work: a cancel is seen by the batch's runner at once.
                 batches=BatchBook(database, tenant_only=False),
+                credits=await provide_credit_service(session),
             )
     finally:
         await database.dispose()

@@ -10,6 +10,7 @@ from hydrant import __version__
 from hydrant.cli.admin import keys, tenants
 from hydrant.cli.batchcmd import batches
 from hydrant.cli.context import CliContext
+from hydrant.cli.creditcmd import credits_group
 from hydrant.cli.database import migrate
 from hydrant.cli.jobscmd import jobs
 from hydrant.cli.modelcmds import capacity, demo_model, models
@@ -63,6 +64,7 @@ for command in (
     tenants,
     keys,
     batches,
+    credits_group,
     models,
     report,
     capacity,
