@@ -186,7 +186,9 @@ class InferenceServices:
             abuse=abuse,
             responses=responses,
             metered=metered,
-            batches=BatchService(database, files, api, backend, prices.batch),
+            batches=BatchService(
+                database, files, api, backend, prices.batch, credit_source=credit_book
+            ),
             runner=BatchRunner(
                 database,
                 files,

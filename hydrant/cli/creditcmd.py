@@ -47,7 +47,7 @@ def credits_grant(
     note: str,
     as_json: bool,
 ) -> None:
-    """Grant AMOUNT (a decimal, e.g. 25.00) of credit to TENANT (id or name)."""
+    """Grant AMOUNT of credit (a decimal such as 25.00) to TENANT (id or name)."""
     from datetime import UTC
 
     from hydrant.platform.credits.schemas import GrantCreate, GrantView

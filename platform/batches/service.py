@@ -31,6 +31,7 @@ from hydrant.platform.db.batch_models import Batch
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import (
     BudgetExhausted,
+    InsufficientQuota,
     InvalidRequest,
     NotFound,
     PermissionDenied,
@@ -42,6 +43,7 @@ from hydrant.platform.inference.deps import InferenceApi
 from hydrant.platform.jobs.after_commit import Enqueue, enqueue_after_commit
 from hydrant.platform.quotas import QuotaBackend, QuotaBackendUnavailable, QuotaExceeded
 from hydrant.platform.quotas.checks import Admission
+from hydrant.platform.quotas.credit_check import CREDIT, NO_CREDITS, CreditSource, CreditStanding
 from hydrant.platform.quotas.plan import TenantQuota, batch_checks
 
 log = logging.getLogger(__name__)
@@ -76,11 +78,13 @@ class BatchService(BatchBook):
         batch_prices: Callable[[str], Price | None],
         *,
         enqueue: Enqueue | None = None,
+        credit_source: CreditSource | None = None,
     ) -> None:
         super().__init__(database, tenant_only=True, enqueue=enqueue)
         self._files = files
         self._api = api
         self._backend = backend
+        self._credit_source = credit_source  # a prepaid tenant's batch reserves its credits
         self._batch_price = batch_prices  # the price book's `batch`: a model's batch price
 
     async def create(self, principal: Principal, body: BatchCreate) -> Batch:
@@ -171,6 +175,11 @@ class BatchService(BatchBook):
     async def _reserve(
         self, principal: Principal, checked: Checked, money: Decimal, window: timedelta
     ) -> Admission | None:
+        standing: CreditStanding | None = None
+        if principal.plan is not None and principal.plan.prepaid:
+            standing = NO_CREDITS
+            if self._credit_source is not None:
+                standing = await self._credit_source.standing(_tenant(principal))
         checks = batch_checks(
             tenant_id=_tenant(principal),
             quota=TenantQuota.of(principal.plan),
@@ -178,6 +187,7 @@ class BatchService(BatchBook):
             reserve_money=money,
             at=utcnow(),
             lease_s=(window + RESERVATION_GRACE).total_seconds(),
+            credit=standing,
         )
         if not checks:
             return None
@@ -185,6 +195,13 @@ class BatchService(BatchBook):
             return await self._backend.admit(checks)
         except QuotaExceeded as exc:
             refusal = exc.refusal
+            if standing is not None and any(r.limit_name == CREDIT for r in exc.refusals):
+                raise InsufficientQuota(
+                    f"You exceeded your current quota: your prepaid balance is "
+                    f"{round_money(standing.balance)} {standing.currency} and this batch could "
+                    f"cost up to {round_money(money)} {standing.currency} at the batch price "
+                    f"(less what requests in progress hold); add credits or split the batch"
+                ) from exc
             words = _BUDGET_WORDS.get(refusal.limit_name, refusal.limit_name)
             raise BudgetExhausted(
                 f"the batch's maximum cost ({round_money(money)} for up to {checked.tokens} "

@@ -144,9 +144,11 @@ def batch_checks(
     reserve_money: Decimal,
     at: datetime,
     lease_s: float,
+    credit: CreditStanding | None = None,
 ) -> tuple[BudgetCheck, ...]:
     """The checks a Batch API batch reserves at creation: its tenant's budgets alone, for
-    the batch's maximum tokens and cost, leased for its whole window.
+    the batch's maximum tokens and cost, leased for its whole window (and, for a prepaid
+    tenant, its `credit`).
 
     Why only budgets: a batch's lines run in capacity left idle, at the lowest priority,
     so the interactive rates (per key, per minute, concurrency) do not apply to them; the
@@ -155,7 +157,10 @@ def batch_checks(
     """
     tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
     micros = to_micro_units(reserve_money)
-    return tuple(budget_checks(tag, quota, reserve_tokens, micros, at, lease_s))
+    checks = budget_checks(tag, quota, reserve_tokens, micros, at, lease_s)
+    if credit is not None:
+        checks.append(credit_check(tag, credit, reserve_money, at, lease_s))
+    return tuple(checks)
 
 
 def _micros(value: Decimal | None) -> int | None:

@@ -8,6 +8,7 @@ limiter and with real Redis; requests go through the official `openai` client.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -139,3 +140,36 @@ async def test_no_credits_no_service_then_served_until_the_balance_runs_out(
     unpaid = await prepaid.scalar(select(func.count()).where(CreditApplication.grant_id.is_(None)))
     assert Decimal(str(applied)) == Decimal(str(ledger)) == Decimal("0.05") - available
     assert unpaid == 0
+
+
+async def test_a_batch_reserves_its_maximum_cost_against_the_credits(prepaid: Prepaid) -> None:
+    """A prepaid tenant's Batch API batch holds its maximum cost (at the batch price) from
+    its credits when it is made, as its budgets would: refused while they cannot cover it."""
+    lines = [
+        {
+            "custom_id": f"line-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "demo", "messages": MESSAGES, "max_tokens": 4},
+        }
+        for i in range(3)
+    ]
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    upload = await prepaid.oai.files.create(file=("in.jsonl", content), purpose="batch")
+    with pytest.raises(openai.RateLimitError) as info:
+        await prepaid.oai.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert info.value.code == "insufficient_quota"
+    assert "this batch could cost up to" in info.value.message
+
+    granted = await prepaid.client.post(
+        f"/admin/tenants/{prepaid.tenant_id}/credits",
+        json={"kind": "paid", "amount": "1"},
+        headers=prepaid.admin,
+    )
+    assert granted.status_code == 201, granted.text
+    batch = await prepaid.oai.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert batch.status in ("in_progress", "validating")
