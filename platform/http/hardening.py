@@ -24,6 +24,7 @@ from litestar.exceptions import HTTPException
 from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 
 from hydrant.errors import ConfigurationError
+from hydrant.platform.quotas.rate_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from hydrant.settings import Settings
 
 
@@ -119,6 +120,6 @@ def cors_config(settings: Settings) -> CORSConfig | None:
         allow_origins=origins,
         allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
         allow_headers=["authorization", "content-type", "x-request-id"],
-        expose_headers=["x-request-id", "retry-after"],
+        expose_headers=["x-request-id", "retry-after", *RATE_LIMIT_HEADERS],
         allow_credentials=False,
     )

@@ -21,6 +21,12 @@ from hydrant.platform.quotas.plan import KEY_RATE, TENANT_RPM, TENANT_TPM
 
 _REQUESTS = (TENANT_RPM, KEY_RATE)  # in order of preference
 _TOKENS = (TENANT_TPM,)
+# Every header this module may set (CORS exposes them to browser clients).
+HEADER_NAMES = tuple(
+    f"x-ratelimit-{part}-{unit}"
+    for unit in ("requests", "tokens")
+    for part in ("limit", "remaining", "reset")
+)
 
 
 def go_duration(seconds: float) -> str:

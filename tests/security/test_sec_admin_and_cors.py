@@ -118,6 +118,8 @@ async def test_named_cors_origins_open_only_to_them(database_url: str, data_dir:
         ok = await client.get("/admin/tenants", headers={**bearer(admin), "origin": named})
         assert ok.headers["access-control-allow-origin"] == named
         assert "access-control-allow-credentials" not in ok.headers
+        exposed = ok.headers["access-control-expose-headers"].lower()
+        assert "x-ratelimit-remaining-requests" in exposed  # browser clients can pace
         preflight = await client.options(
             "/admin/tenants",
             headers={"origin": named, "access-control-request-method": "GET"},
