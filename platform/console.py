@@ -56,7 +56,7 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
                 prices=await provide_price_service(session, authenticator),
                 # Its own short units of work: a cancel is seen by the batch's runner at once.
                 batches=BatchBook(database, tenant_only=False),
-                credits=await provide_credit_service(session),
+                credits=await provide_credit_service(session, database),
             )
     finally:
         await database.dispose()

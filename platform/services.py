@@ -116,6 +116,7 @@ class InferenceServices:
     batches: BatchService  # `/v1/batches`
     runner: BatchRunner  # runs batches' lines through `inference`, for the batch jobs
     pools: PoolManager | None = None
+    credit_book: CreditBook | None = None  # prepaid credits: admission and payment
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -201,6 +202,7 @@ class InferenceServices:
                 concurrency=settings.batch_lane_slots + 2,
             ),
             pools=pools,
+            credit_book=credit_book,
         )
 
     async def start(self) -> None:
@@ -254,6 +256,8 @@ class InferenceServices:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self.credit_book is not None:
+            await self.credit_book.drain()
         await self.prices.stop()
         if self.spool.pending():
             with contextlib.suppress(Exception):

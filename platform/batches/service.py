@@ -196,6 +196,8 @@ class BatchService(BatchBook):
         except QuotaExceeded as exc:
             refusal = exc.refusal
             if standing is not None and any(r.limit_name == CREDIT for r in exc.refusals):
+                if self._credit_source is not None:
+                    self._credit_source.forget(_tenant(principal))
                 raise InsufficientQuota(
                     f"You exceeded your current quota: your prepaid balance is "
                     f"{round_money(standing.balance)} {standing.currency} and this batch could "

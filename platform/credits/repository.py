@@ -12,7 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.auth.scoping import scope_to
-from hydrant.platform.db.models import CreditApplication, CreditGrant, LedgerEntry, Tenant
+from hydrant.platform.db.models import (
+    CreditApplication,
+    CreditGrant,
+    CreditSettlement,
+    LedgerEntry,
+    Tenant,
+)
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,9 @@ async def pending_entries(
     since: datetime,
     request_ids: Sequence[str] | None = None,
 ) -> list[PendingEntry]:
-    """The tenant's charged ledger entries since its first grant that no application
-    names yet, oldest first (`request_ids`: only these)."""
-    applied = exists().where(CreditApplication.request_id == LedgerEntry.request_id)
+    """The tenant's charged ledger entries since its first grant not settled yet, oldest
+    first (`request_ids`: only these)."""
+    applied = exists().where(CreditSettlement.request_id == LedgerEntry.request_id)
     statement = (
         select(LedgerEntry.request_id, LedgerEntry.charged, LedgerEntry.finished_at)
         .where(

@@ -1,24 +1,27 @@
 """Prepaid credits: grant, void, list, the balance, and paying ledger entries from grants.
 
 A balance is never stored. It is the grants less their applications, and the
-applications are derived from the ledger: each charged entry of a prepaid tenant,
+applications are derived from the ledger: each charged entry of a tenant with grants,
 from its first grant on, is split over its grants (allocation.py) once, keyed by its
-request id, in a transaction that holds the tenant's row lock. So the ledger stays the
-one source of truth and a replayed or late entry is paid exactly once, whenever it
-lands. Admission (quotas/credit_check.py) reserves each request's maximum cost against
-the standing read here, so the balance cannot be overdrawn by concurrent requests.
+request id (`credit_settlements`), in a transaction that holds the tenant's row lock.
+So the ledger stays the one source of truth and a replayed or late entry is paid
+exactly once, whenever it lands. Admission (quotas/credit_check.py) reserves each
+request's maximum cost against the standing read here, so the balance cannot be
+overdrawn by concurrent requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.principal import Principal
@@ -27,7 +30,12 @@ from hydrant.platform.credits import repository
 from hydrant.platform.credits.allocation import GrantFunds, allocate
 from hydrant.platform.credits.repository import GrantRow
 from hydrant.platform.db.base import utcnow
-from hydrant.platform.db.credit_models import CREDIT_KINDS, CreditApplication, CreditGrant
+from hydrant.platform.db.credit_models import (
+    CREDIT_KINDS,
+    CreditApplication,
+    CreditGrant,
+    CreditSettlement,
+)
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import Conflict, InvalidRequest, NotFound
 from hydrant.platform.quotas.admission import RequestContext
@@ -37,6 +45,8 @@ from hydrant.platform.tenants.repository import get_tenant
 log = logging.getLogger(__name__)
 
 DEFAULT_CURRENCY = "USD"
+# How long a gateway reuses a tenant's grants at admission (see `CreditBook`).
+STANDING_CACHE_S = 1.0
 MAX_GRANT = Decimal("1000000000")  # a billion: micro-units stay far below 2**53 in Redis
 
 
@@ -83,6 +93,15 @@ async def apply_entries(
     entries = await repository.pending_entries(session, tenant_id, since, request_ids)
     if not entries:
         return 0
+    # The settlements first, in a flush of their own: their primary keys are the guard (a
+    # payer that raced us fails on them, and retries), and the applications refer to them.
+    session.add_all(
+        CreditSettlement(
+            request_id=e.request_id, tenant_id=tenant_id, amount=e.charged, applied_at=now
+        )
+        for e in entries
+    )
+    await session.flush()
     funds = {row.grant.id: row for row in rows}
     left = {gid: row.grant.amount - row.used for gid, row in funds.items()}
     for entry in entries:
@@ -97,33 +116,47 @@ async def apply_entries(
             for gid, row in funds.items()
         ]
         allocation = allocate(entry.charged, grants, entry.finished_at)
+        parts: list[tuple[str | None, Decimal]] = list(allocation.parts)
         for grant_id, amount in allocation.parts:
             left[grant_id] -= amount
-            session.add(
-                CreditApplication(
-                    tenant_id=tenant_id,
-                    request_id=entry.request_id,
-                    grant_id=grant_id,
-                    amount=amount,
-                    applied_at=now,
-                )
-            )
         if allocation.unpaid > 0:
             log.warning(
                 "a prepaid charge exceeded the tenant's credits",
                 extra={"tenant_id": tenant_id, "request_id": entry.request_id},
             )
-            session.add(
-                CreditApplication(
-                    tenant_id=tenant_id,
-                    request_id=entry.request_id,
-                    grant_id=None,
-                    amount=allocation.unpaid,
-                    applied_at=now,
-                )
+            parts.append((None, allocation.unpaid))
+        session.add_all(
+            CreditApplication(
+                tenant_id=tenant_id,
+                request_id=entry.request_id,
+                grant_id=grant_id,
+                amount=amount,
+                applied_at=now,
             )
+            for grant_id, amount in parts
+        )
     await session.flush()
     return len(entries)
+
+
+async def pay_pending(
+    database: Database,
+    tenant_id: str,
+    now: datetime,
+    request_ids: Sequence[str] | None = None,
+) -> int:
+    """`apply_entries` in a unit of work of its own, committed before the caller reads.
+    PostgreSQL orders payers by the tenant's row lock; SQLite (no row locks) by the
+    settlement's primary key: a payer that raced another is refused at commit and
+    tries once more, on a fresh read that no longer holds the entries it lost."""
+    for attempt in (1, 2):
+        try:
+            async with database.session() as session:
+                return await apply_entries(session, tenant_id, now, request_ids)
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -137,8 +170,14 @@ class Balance:
 class CreditService:
     """The admin and account API's rules, on the request's one unit of work."""
 
-    def __init__(self, session: AsyncSession, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(
+        self,
+        session: AsyncSession,
+        database: Database,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self._session = session
+        self._database = database  # paying pending entries is a unit of work of its own
         self._clock = clock
 
     async def _tenant(self, principal: Principal, tenant_id: str) -> str:
@@ -208,7 +247,7 @@ class CreditService:
         balance is exact even for entries that reached the ledger late, from the spool)."""
         tenant = await self._tenant(principal, tenant_id)
         now = self._clock()
-        await apply_entries(self._session, tenant, now)
+        await pay_pending(self._database, tenant, now)
         rows = await repository.grants_with_use(self._session, tenant)
         standing = standing_of(rows, await repository.unpaid_total(self._session, tenant), now)
         return Balance(
@@ -221,23 +260,47 @@ class CreditService:
 
 class CreditBook:
     """The request path's side of credits, on its own sessions: the standing admission
-    reserves against (`CreditSource`), and paying an entry once the ledger has it."""
+    reserves against (`CreditSource`), and paying an entry once the ledger has it.
 
-    def __init__(self, database: Database, clock: Callable[[], datetime] = utcnow) -> None:
+    The grants are read at most once a second per tenant (`cache_s`), not per request:
+    the read costs a few milliseconds on PostgreSQL. A copy is safe to reuse because the
+    standing is computed from it at the moment of use (expiry is exact) and every way it
+    goes stale under-states what may be spent (a grant not yet seen, spend not yet
+    counted), except a void, which takes effect within `cache_s`. A credit refusal drops
+    the copy (`forget`), so a top-up counts at the very next request.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        clock: Callable[[], datetime] = utcnow,
+        *,
+        cache_s: float = STANDING_CACHE_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._database = database
         self._clock = clock
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._cache_s = cache_s
+        self._monotonic = monotonic
+        self._copies: dict[str, tuple[float, list[GrantRow], Decimal]] = {}
+        self._paying: set[asyncio.Task[int]] = set()
 
     async def standing(self, tenant_id: str) -> CreditStanding:
-        async with self._database.session() as session:
-            return await read_standing(session, tenant_id, self._clock())
+        now = self._monotonic()
+        copy = self._copies.get(tenant_id)
+        if copy is None or copy[0] <= now:
+            async with self._database.session() as session:
+                rows = await repository.grants_with_use(session, tenant_id)
+                unpaid = await repository.unpaid_total(session, tenant_id)
+            copy = (now + self._cache_s, rows, unpaid)
+            self._copies[tenant_id] = copy
+        return standing_of(copy[1], copy[2], self._clock())
+
+    def forget(self, tenant_id: str) -> None:
+        self._copies.pop(tenant_id, None)
 
     async def apply(self, tenant_id: str, request_ids: Sequence[str] | None = None) -> int:
-        # One applier per tenant in this process (the database lock orders processes); a
-        # lock per prepaid tenant seen, kept: a few bytes each.
-        lock = self._locks.setdefault(tenant_id, asyncio.Lock())
-        async with lock, self._database.session() as session:
-            return await apply_entries(session, tenant_id, self._clock(), request_ids)
+        return await pay_pending(self._database, tenant_id, self._clock(), request_ids)
 
     async def after_record(self, ctx: RequestContext[Any]) -> None:
         """Called once a request's ledger entry is written: a prepaid tenant's entry is
@@ -245,11 +308,24 @@ class CreditBook:
         plan = ctx.plan
         if plan is None or not plan.prepaid:
             return
+        # In the background: the response does not wait for the payment, which nothing
+        # in it shows (admission already counted the spend in the quota store).
+        task = asyncio.create_task(self._pay(ctx.tenant_id, ctx.request_id))
+        self._paying.add(task)
+        task.add_done_callback(self._paying.discard)
+
+    async def _pay(self, tenant_id: str, request_id: str) -> int:
         try:
-            await self.apply(ctx.tenant_id, [ctx.request_id])
+            return await self.apply(tenant_id, [request_id])
         except Exception:
             log.warning(
                 "credits could not be applied now; the next balance read applies them",
-                extra={"tenant_id": ctx.tenant_id, "request_id": ctx.request_id},
+                extra={"tenant_id": tenant_id, "request_id": request_id},
                 exc_info=True,
             )
+            return 0
+
+    async def drain(self) -> None:
+        """Wait for the payments under way (tests, and a clean shutdown)."""
+        while self._paying:
+            await asyncio.gather(*list(self._paying), return_exceptions=True)

@@ -1,4 +1,4 @@
-"""Prepaid credits (issue #26): grants and which grants paid which ledger entry.
+"""Prepaid credits (issue #26): grants, the ledger entries they paid, and which paid what.
 
 Kept beside `models.py` (which imports this module, so every table is on the one
 metadata). A balance is never stored: it is the grants minus their applications, and
@@ -43,16 +43,36 @@ class CreditGrant(Base):
     )
 
 
+class CreditSettlement(Base):
+    """One ledger entry paid from credits, keyed by its request id: the row whose primary
+    key makes paying an entry happen once, whichever process gets there first (a second
+    payer's insert is refused and it re-reads). `amount` is the entry's `charged`."""
+
+    __tablename__ = "credit_settlements"
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    amount: Mapped[Decimal] = mapped_column(MONEY)
+    applied_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    __table_args__ = (
+        CheckConstraint("amount >= 0", name="amount"),
+        Index(None, "tenant_id", "applied_at"),
+    )
+
+
 class CreditApplication(Base):
-    """Part of one ledger entry's charge paid by one grant; `grant_id` NULL is the part no
-    grant could pay (a charge above what the admission reserved). The charges of a
-    request's applications sum to its ledger entry's `charged`, exactly."""
+    """Part of one settled entry's charge paid by one grant; `grant_id` NULL is the part no
+    grant could pay (a charge above what the admission reserved). The applications of a
+    request sum to its ledger entry's `charged`, exactly."""
 
     __tablename__ = "credit_applications"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
-    request_id: Mapped[str] = mapped_column(String(64))
+    request_id: Mapped[str] = mapped_column(
+        ForeignKey("credit_settlements.request_id", ondelete="CASCADE")
+    )
     grant_id: Mapped[str | None] = mapped_column(ForeignKey("credit_grants.id", ondelete="CASCADE"))
     amount: Mapped[Decimal] = mapped_column(MONEY)
     applied_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -60,6 +80,6 @@ class CreditApplication(Base):
     __table_args__ = (
         CheckConstraint("amount > 0", name="amount"),
         UniqueConstraint("request_id", "grant_id"),
-        Index(None, "tenant_id", "request_id"),
+        Index(None, "tenant_id"),
         Index(None, "grant_id"),
     )

@@ -378,3 +378,4 @@ from hydrant.platform.db.batch_models import StoredFile as StoredFile  # noqa: E
 # --- Prepaid credits (issue #26): grants and their applications (db/credit_models.py) -----
 from hydrant.platform.db.credit_models import CreditApplication as CreditApplication  # noqa: E402
 from hydrant.platform.db.credit_models import CreditGrant as CreditGrant  # noqa: E402
+from hydrant.platform.db.credit_models import CreditSettlement as CreditSettlement  # noqa: E402

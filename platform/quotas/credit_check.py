@@ -46,7 +46,12 @@ NO_CREDITS = CreditStanding(Decimal(0), Decimal(0))
 
 class CreditSource(Protocol):
     async def standing(self, tenant_id: str) -> CreditStanding:
-        """The tenant's credits now (read from the database on each admission)."""
+        """The tenant's credits now, from the database or a copy at most a second old
+        (safe: a stale copy only under-states what may be spent, save for a void)."""
+        ...
+
+    def forget(self, tenant_id: str) -> None:
+        """Drop the tenant's copy after a credit refusal: a top-up counts at the next try."""
         ...
 
 

@@ -369,6 +369,8 @@ class QuotaGate:
             words = _LIMIT_WORDS.get(refusal.limit_name, refusal.limit_name)
             headers = rate_limit_headers(exc.windows, refusal.limit_name, refusal.retry_after_s)
             if refusal.limit_name == CREDIT and standing is not None:
+                if self.credit_source is not None:
+                    self.credit_source.forget(ctx.tenant_id)
                 raise _insufficient(standing, reserve, refusal.retry_after_s, headers) from exc
             if refusal.kind is LimitKind.BUDGET:
                 raise BudgetExhausted(

@@ -3,6 +3,7 @@ entries are paid from grants in priority order, exactly, once. On SQLite and Pos
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -137,3 +138,44 @@ async def _applications(cp: ControlPlane) -> list[tuple[str, str | None, Decimal
             ).order_by(CreditApplication.request_id, CreditApplication.grant_id)
         )
         return [(r, g, Decimal(a)) for r, g, a in result.all()]
+
+
+async def test_concurrent_payers_pay_each_entry_once(cp: ControlPlane) -> None:
+    """Payers racing on one tenant (gateways' background payments, balance reads): each
+    entry is settled once, on SQLite (the settlement's key) and PostgreSQL (the row lock)."""
+    from hydrant.platform.credits.service import pay_pending
+    from hydrant.platform.services import services_of
+
+    tenant = await cp.create_tenant("acme")
+    await grant(cp, tenant["id"], kind="paid", amount="5")
+    start = utcnow() + timedelta(seconds=1)
+    database = services_of(cp.app).database
+
+    async def race() -> list[int]:
+        async with database.session() as session:
+            model_id = await ensure_model(session, "demo")
+            for index in range(20):
+                at = start + timedelta(milliseconds=index)
+                session.add(
+                    LedgerEntry(
+                        request_id=f"req_race_{index}",
+                        tenant_id=tenant["id"],
+                        model_id=model_id,
+                        status="finished",
+                        charged=Decimal("0.123457"),
+                        started_at=at,
+                        finished_at=at,
+                    )
+                )
+        return await asyncio.gather(
+            *(pay_pending(database, tenant["id"], utcnow()) for _ in range(6))
+        )
+
+    paid = await cp.in_app(race)
+    assert sum(paid) == 20  # every entry paid by exactly one of the racers
+    applied = await cp.execute(
+        select(func.sum(CreditApplication.amount)).where(
+            CreditApplication.tenant_id == tenant["id"]
+        )
+    )
+    assert Decimal(applied) == 20 * Decimal("0.123457")
