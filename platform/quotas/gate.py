@@ -361,6 +361,10 @@ class QuotaGate:
                 credit=standing,
             )
             admission = await self.backend.admit(checks) if checks else None
+            if standing is not None and admission is not None and not admission.metered:
+                # The store is down and the policy is to fail open: a prepaid tenant is
+                # still never served unmetered (its balance is a hard stop).
+                raise QuotaBackendUnavailable("credits cannot be reserved")
         except QuotaExceeded as exc:
             if lane is not None:
                 lane.leave(prompts)

@@ -16,6 +16,7 @@ from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.errors import (
     BudgetExhausted,
+    InsufficientQuota,
     InvalidRequest,
     RateLimited,
     ServiceUnavailable,
@@ -30,6 +31,7 @@ from hydrant.platform.quotas import (
     TierPolicy,
 )
 from hydrant.platform.quotas.admission import BatchTicket, RequestContext
+from hydrant.platform.quotas.credit_check import CreditStanding
 from hydrant.platform.quotas.gate import QuotaGate
 from hydrant.platform.quotas.plan import TenantQuota, batch_checks
 from hydrant.platform.quotas.policy import PlanPolicy
@@ -164,6 +166,54 @@ async def test_quota_backend_down_fails_closed() -> None:
         await g.admit(ctx(10, 10, plan(requests_per_minute=100)))
     assert refused.value.retry_after
     await backend.aclose()
+
+
+class FixedCredits:
+    """A `CreditSource` with a set standing."""
+
+    def __init__(self, balance: str) -> None:
+        self.value = CreditStanding(Decimal(balance), Decimal(0))
+        self.forgotten = 0
+
+    async def standing(self, tenant_id: str) -> CreditStanding:
+        return self.value
+
+    def forget(self, tenant_id: str) -> None:
+        self.forgotten += 1
+
+
+async def test_a_prepaid_tenant_is_never_served_unmetered() -> None:
+    """Fail open serves a post-paid tenant through a quota outage, never a prepaid one."""
+    backend = RedisQuotaBackend.from_url("redis://127.0.0.1:1/0", key_prefix="t")
+    g = QuotaGate(
+        GuardedQuotaBackend(backend, "open"), lambda _: PRICE, credit_source=FixedCredits("5")
+    )
+    served = await g.admit(ctx(10, 10, plan(requests_per_minute=100)))
+    await served.settle(outcome(10, 10))
+    with pytest.raises(ServiceUnavailable):
+        await g.admit(ctx(10, 10, plan(requests_per_minute=100, prepaid=True)))
+    await backend.aclose()
+
+
+async def test_credits_bind_at_the_maximum_cost_and_a_refusal_forgets_the_copy() -> None:
+    source = FixedCredits("0.001")  # 1000 micro-units
+    g = gate(credit_source=source)
+    prepaid = plan(prepaid=True)
+    held = await g.admit(ctx(100, 200, prepaid))  # at most 100 * 1 + 200 * 2 = 500 micro
+    second = await g.admit(ctx(100, 200, prepaid))
+    with pytest.raises(InsufficientQuota) as refused:
+        await g.admit(ctx(1, 1, prepaid))  # reservations hold it all: retry helps
+    assert refused.value.retry_after is not None
+    assert "prepaid balance is 0.001000 USD" in refused.value.message
+    assert source.forgotten == 1
+    await held.settle(outcome(100, 0))  # spent 100 micro-units; 400 given back
+    await second.settle(outcome(100, 200))  # spent 500: 400 left
+    with pytest.raises(InsufficientQuota) as spent:
+        await g.admit(ctx(100, 200, prepaid))  # could cost 500: only a top-up helps
+    assert spent.value.retry_after is None
+    assert spent.value.code == spent.value.type == "insufficient_quota"
+    exact = await g.admit(ctx(100, 150, prepaid))  # could cost exactly the 400 left
+    await exact.settle(outcome(100, 150))
 
 
 def batch(*sizes: tuple[int, int], policy: PlanPolicy | None = None) -> RequestContext:
