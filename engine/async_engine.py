@@ -12,6 +12,14 @@ engine queues: checked here once, then added as it is.
 A consumer that stops iterating (a client that disconnected) aborts its
 request, so its blocks are freed at the next step boundary.
 
+Each request has one slot, not a queue: outputs its reader has not taken yet
+are merged into one (`merge_outputs`), so the engine loop never waits for
+readers and a slow one (a slow HTTP client, a busy gateway) reads one output
+with everything new instead of a backlog of one per step. `open()` hands out
+the slot as a `RequestStream` whose `next(within_s)` waits with a deadline and
+no task of its own (the worker's keep-alive frames need that); `generate()`
+is the same as an async iterator.
+
 Sleep mode: `sleep()` stops admitting work at once (new `generate()` calls
 raise `EngineSleepingError`), lets the requests already accepted finish, then
 frees the KV cache and moves the weights off the device on the engine thread;
@@ -25,12 +33,11 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeAlias
 
 from hydrant.engine.errors import EngineError, InvalidRequestError
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.output_constraints import raise_if_invalid
-from hydrant.engine.outputs import RequestOutput
+from hydrant.engine.outputs import RequestOutput, merge_outputs
 from hydrant.engine.protocol import EngineStats
 from hydrant.engine.sequence import Request
 from hydrant.engine.sleep_mode import EngineSleepingError
@@ -42,13 +49,71 @@ class EngineShutdownError(EngineError):
     """The engine was shut down while (or before) the request ran."""
 
 
-_Item: TypeAlias = RequestOutput | BaseException
+class RequestStream:
+    """One running request's outputs, read as they come, merged while unread.
+
+    The engine loop `put`s every step's output and never blocks: what the
+    reader has not taken yet is merged into one output. `next()` returns it
+    (and raises the request's error once no output is left); `close()` aborts
+    the request if it has not finished. One reader per stream.
+    """
+
+    __slots__ = ("_closed", "_error", "_event", "_front", "_output", "finished", "request_id")
+
+    def __init__(self, front: AsyncLLMEngine, request_id: str) -> None:
+        self._front = front
+        self.request_id = request_id
+        self._event = asyncio.Event()
+        self._output: RequestOutput | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self.finished = False  # the reader has taken the final output (or the error)
+
+    def put(self, output: RequestOutput) -> None:
+        pending = self._output
+        self._output = output if pending is None else merge_outputs(pending, output)
+        self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+            self._event.set()
+
+    async def next(self, within_s: float | None = None) -> RequestOutput | None:
+        """Everything produced since the last call, as one output; None when `within_s`
+        seconds passed without any (no task is made for the deadline: a timer wakes
+        the same wait). Raises the request's error once its outputs are read."""
+        if self._output is None and self._error is None:
+            self._event.clear()
+            if within_s is None:
+                await self._event.wait()
+            else:
+                timer = asyncio.get_running_loop().call_later(within_s, self._event.set)
+                try:
+                    await self._event.wait()
+                finally:
+                    timer.cancel()
+        output, self._output = self._output, None
+        if output is not None:
+            self.finished = output.finished
+            return output
+        if self._error is not None:
+            self.finished = True
+            raise self._error
+        return None  # the deadline passed
+
+    def close(self) -> None:
+        """Stop reading: an unfinished request is aborted (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._front._release(self)
 
 
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
-        self._queues: dict[str, asyncio.Queue[_Item]] = {}
+        self._streams: dict[str, RequestStream] = {}
         self._new: list[Request] = []  # checked, to be added between steps
         self._aborts: list[str] = []
         self._wakeup = asyncio.Event()
@@ -74,8 +139,8 @@ class AsyncLLMEngine:
             await self._task
         self._new.clear()
         self._dispatch(self.engine.abort_all("abort"))
-        for queue in self._queues.values():
-            queue.put_nowait(EngineShutdownError("the engine was shut down"))
+        for stream in self._streams.values():
+            stream.fail(EngineShutdownError("the engine was shut down"))
         self._executor.shutdown(wait=False)
 
     def stats(self) -> EngineStats:
@@ -133,8 +198,8 @@ class AsyncLLMEngine:
             self._wakeup.set()
             await self._progress.wait()
 
-    async def generate(self, request: Request) -> AsyncIterator[RequestOutput]:
-        """Yield the request's outputs step by step; the last one has `finished` set."""
+    async def open(self, request: Request) -> RequestStream:
+        """Queue the request and return its stream; a bad request raises here, at once."""
         if self._closed:
             raise EngineShutdownError("the engine has been shut down")
         if self._refusing:
@@ -144,27 +209,33 @@ class AsyncLLMEngine:
         if constraint is not None:  # off the loop; the step thread's guide reuses it (cached)
             await asyncio.to_thread(raise_if_invalid, *constraint)
         request_id = request.request_id
-        if request_id in self._queues:
+        if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already running", None)
-        queue: asyncio.Queue[_Item] = asyncio.Queue()
-        self._queues[request_id] = queue
+        stream = RequestStream(self, request_id)
+        self._streams[request_id] = stream
         self._new.append(request)
         self.start()
         self._wakeup.set()
-        finished = False
+        return stream
+
+    async def generate(self, request: Request) -> AsyncIterator[RequestOutput]:
+        """Yield the request's outputs (each one merges the steps since the previous read);
+        the last one has `finished` set."""
+        stream = await self.open(request)
         try:
-            while not finished:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finished
-                yield item
+            while not stream.finished:
+                output = await stream.next()
+                if output is not None:
+                    yield output
         finally:
-            self._queues.pop(request_id, None)
-            if not finished:
-                self._aborts.append(request_id)
-                self._wakeup.set()
+            stream.close()
+
+    def _release(self, stream: RequestStream) -> None:
+        if self._streams.get(stream.request_id) is stream:
+            del self._streams[stream.request_id]
+        if not stream.finished:
+            self._aborts.append(stream.request_id)
+            self._wakeup.set()
 
     async def abort(self, request_id: str) -> None:
         """Abort a request; its stream ends with a finish_reason "abort" output."""
@@ -183,7 +254,9 @@ class AsyncLLMEngine:
             try:
                 self.engine.add_request(request, checked=True)
             except EngineError as exc:
-                self._put(request.request_id, exc)
+                stream = self._streams.get(request.request_id)
+                if stream is not None:
+                    stream.fail(exc)
         for request_id in aborts:
             self.engine.abort(request_id)
 
@@ -206,13 +279,11 @@ class AsyncLLMEngine:
             self._progress.set()
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        streams = self._streams
         for output in outputs:
-            self._put(output.request_id, output)
-
-    def _put(self, request_id: str, item: _Item) -> None:
-        queue = self._queues.get(request_id)
-        if queue is not None:
-            queue.put_nowait(item)
+            stream = streams.get(output.request_id)
+            if stream is not None:
+                stream.put(output)
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from hydrant.engine.async_engine import AsyncLLMEngine
+from hydrant.engine.async_engine import AsyncLLMEngine, RequestStream
 from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.protocol import (
     ChoiceDelta,
@@ -95,6 +95,11 @@ class InProcessEngineClient:
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         async for output in self.engine.generate(to_request(request)):
             yield to_chunk(output)
+
+    async def open(self, request: GenerateRequest) -> RequestStream:
+        """The request's engine stream, for a reader that waits with a deadline (the
+        worker's keep-alive frames); `to_chunk` turns each output into a wire chunk."""
+        return await self.engine.open(to_request(request))
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)

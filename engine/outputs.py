@@ -67,3 +67,46 @@ class RequestOutput:
     prompt_logprobs: list[TokenLogprob | None] | None = None
     # With `embed`: the prompt's normalized embedding, in the final output.
     embedding: list[float] | None = None
+
+
+def merge_outputs(older: RequestOutput, newer: RequestOutput) -> RequestOutput:
+    """`newer` as a reader that never saw `older` needs it: one output for both steps.
+
+    A slow reader (a slow HTTP client, a busy gateway) then reads one output per
+    wake-up instead of a backlog of one per step. The cumulative parts
+    (`token_ids`, `text`, `logprobs`, `finish_reason`, `metrics`, `finished`)
+    are `newer`'s already; the deltas are `older`'s followed by `newer`'s; the
+    once-only parts (`prompt_logprobs` on the first output with a token,
+    `embedding` on the last) are kept from whichever carried them.
+    """
+    earlier = {choice.index: choice for choice in older.outputs}
+    choices: list[CompletionOutput] = []
+    for choice in newer.outputs:
+        before = earlier.pop(choice.index, None)
+        if before is None:
+            choices.append(choice)
+            continue
+        choices.append(
+            CompletionOutput(
+                index=choice.index,
+                token_ids=choice.token_ids,
+                new_token_ids=before.new_token_ids + choice.new_token_ids,
+                text=choice.text,
+                new_text=before.new_text + choice.new_text,
+                finish_reason=choice.finish_reason,
+                logprobs=choice.logprobs,
+            )
+        )
+    if earlier:  # a choice only the older output carried keeps its unread delta
+        choices.extend(earlier.values())
+        choices.sort(key=lambda choice: choice.index)
+    return RequestOutput(
+        request_id=newer.request_id,
+        outputs=choices,
+        finished=newer.finished,
+        metrics=newer.metrics,
+        prompt_logprobs=(
+            older.prompt_logprobs if older.prompt_logprobs is not None else newer.prompt_logprobs
+        ),
+        embedding=newer.embedding if newer.embedding is not None else older.embedding,
+    )

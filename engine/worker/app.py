@@ -19,8 +19,6 @@ waiting minutes for a long prefill that may be running.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,8 +31,9 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.response import Stream
 from prometheus_client import generate_latest
 
-from hydrant.engine.async_engine import EngineShutdownError
+from hydrant.engine.async_engine import EngineShutdownError, RequestStream
 from hydrant.engine.errors import EngineError, InvalidRequestError
+from hydrant.engine.inprocess import to_chunk
 from hydrant.engine.protocol import GenerateChunk, GenerateRequest
 from hydrant.engine.worker.runtime import WorkerRuntime, WorkerUnavailableError
 from hydrant.engine.worker.wire import (
@@ -129,29 +128,26 @@ def create_worker_app(runtime: WorkerRuntime) -> Litestar:
             return _error(400, "invalid", f"malformed generate request: {exc}")
         runtime.enter()
         handed_off = False
-        first: asyncio.Task[GenerateChunk] | None = None
+        stream: RequestStream | None = None
         try:
-            stream = runtime.generate(body)
-            first = asyncio.create_task(_next(stream))
-            done, _ = await asyncio.wait({first}, timeout=runtime.options.keepalive_s)
-            if done and _given_back(runtime, first.result()):  # result(): raises a refusal
-                await stream.aclose()  # type: ignore[attr-defined]
+            stream = await runtime.open(body)
+            output = await stream.next(runtime.options.keepalive_s)  # raises a refusal
+            first = None if output is None else to_chunk(output)
+            if first is not None and _given_back(runtime, first):
                 return _error(503, "unavailable", "the worker drained before running the request")
-            # Not done: queued or prefilling; answer now, keep-alive frames until it starts.
+            # None: queued or prefilling; answer now, keep-alive frames until it starts.
             handed_off = True
             return Stream(_frames(runtime, stream, first), media_type=FRAME_MEDIA_TYPE)
         except InvalidRequestError as exc:
             return _error(400, "invalid", exc.message, exc.param)
         except UNAVAILABLE as exc:
             return _error(503, "unavailable", str(exc) or "the worker is not taking requests")
-        except StopAsyncIteration:
-            return _error(500, "failed", "the engine closed the request without output")
         except EngineError as exc:
             return _error(500, "failed", str(exc))
         finally:
-            if not handed_off:
-                if first is not None:  # the gateway went away while we waited
-                    await _cancel(first)
+            if not handed_off:  # answered here, or the gateway went away while we waited
+                if stream is not None:
+                    stream.close()
                 runtime.leave()
 
     @post("/abort/{request_id:str}", guards=[require_secret], status_code=200)
@@ -235,61 +231,51 @@ def _given_back(runtime: WorkerRuntime, first: GenerateChunk) -> bool:
 KEEPALIVE_FRAME = encode_frame(Frame())  # no chunk, no error: the gateway skips it
 
 
-async def _next(stream: AsyncIterator[GenerateChunk]) -> GenerateChunk:
-    return await stream.__anext__()
-
-
-async def _cancel(task: asyncio.Task[GenerateChunk]) -> None:
-    if not task.done():
-        task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
+def _error_frame(exc: Exception, started: bool) -> bytes:
+    """The frame that ends a stream whose request failed after the answer began."""
+    if isinstance(exc, InvalidRequestError):
+        kind: ErrorKind = "failed" if started else "invalid"  # refused at the start
+        return encode_frame(
+            Frame(error=StreamError(kind=kind, message=exc.message, param=exc.param))
+        )
+    if isinstance(exc, UNAVAILABLE):
+        message = str(exc) or "the worker stopped"
+        return encode_frame(Frame(error=StreamError(kind="unavailable", message=message)))
+    log.error("generation failed in the worker", exc_info=exc)
+    return encode_frame(Frame(error=StreamError(kind="failed", message=type(exc).__name__)))
 
 
 async def _frames(
-    runtime: WorkerRuntime,
-    stream: AsyncIterator[GenerateChunk],
-    first: asyncio.Task[GenerateChunk],
+    runtime: WorkerRuntime, stream: RequestStream, first: GenerateChunk | None
 ) -> AsyncIterator[bytes]:
-    """The request's frames, with a keep-alive frame whenever none came for `keepalive_s`."""
-    pending = first
+    """The request's frames, with a keep-alive frame whenever none came for `keepalive_s`.
+
+    One wait per frame, on the request's stream with a deadline: what the engine
+    produced while the previous frame was being written is merged into the next.
+    """
+    chunk = first
     started = False
+    keepalive_s = runtime.options.keepalive_s
     try:
         while True:
-            done, _ = await asyncio.wait({pending}, timeout=runtime.options.keepalive_s)
-            if not done:
+            if chunk is None:
                 yield KEEPALIVE_FRAME
-                continue
+            else:
+                if not started and _given_back(runtime, chunk):
+                    message = "the worker drained before running the request"
+                    error = StreamError(kind="unavailable", message=message)
+                    yield encode_frame(Frame(error=error))
+                    return
+                started = True
+                yield encode_frame(Frame(chunk=chunk))
+                if chunk.finished:
+                    return
             try:
-                chunk = pending.result()
-            except StopAsyncIteration:
-                message = "the engine closed the request without output"
-                yield encode_frame(Frame(error=StreamError(kind="failed", message=message)))
-                return
-            except InvalidRequestError as exc:
-                kind: ErrorKind = "failed" if started else "invalid"  # refused at the start
-                error = StreamError(kind=kind, message=exc.message, param=exc.param)
-                yield encode_frame(Frame(error=error))
-                return
-            except UNAVAILABLE as exc:
-                message = str(exc) or "the worker stopped"
-                yield encode_frame(Frame(error=StreamError(kind="unavailable", message=message)))
-                return
+                output = await stream.next(keepalive_s)
             except Exception as exc:
-                log.exception("generation failed in the worker")
-                error = StreamError(kind="failed", message=type(exc).__name__)
-                yield encode_frame(Frame(error=error))
+                yield _error_frame(exc, started)
                 return
-            if not started and _given_back(runtime, chunk):
-                message = "the worker drained before running the request"
-                yield encode_frame(Frame(error=StreamError(kind="unavailable", message=message)))
-                return
-            started = True
-            yield encode_frame(Frame(chunk=chunk))
-            if chunk.finished:
-                return
-            pending = asyncio.create_task(_next(stream))
+            chunk = None if output is None else to_chunk(output)
     finally:
-        await _cancel(pending)
-        await stream.aclose()  # type: ignore[attr-defined]  # aborts an unfinished request
+        stream.close()  # aborts an unfinished request
         runtime.leave()

@@ -13,17 +13,17 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from hydrant.engine.async_engine import AsyncLLMEngine
+from hydrant.engine.async_engine import AsyncLLMEngine, RequestStream
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.inprocess import InProcessEngineClient
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.metrics import EngineMetrics
-from hydrant.engine.protocol import EngineStats, GenerateChunk, GenerateRequest
+from hydrant.engine.protocol import EngineStats, GenerateRequest
 from hydrant.engine.worker.wire import WorkerRecord, WorkerState
 
 log = logging.getLogger(__name__)
@@ -197,10 +197,11 @@ class WorkerRuntime:
 
     # ---- requests -------------------------------------------------------------------------
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+    async def open(self, request: GenerateRequest) -> RequestStream:
+        """Start the request; its outputs come on the stream (see `AsyncLLMEngine.open`)."""
         if self.state != "ready" or self._client is None:
             raise WorkerUnavailableError(f"worker is {self.state}")
-        return self._client.generate(request)
+        return await self._client.open(request)
 
     def enter(self) -> None:
         self.inflight += 1

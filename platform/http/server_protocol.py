@@ -43,12 +43,21 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "h11_max_incomplete_event_size": settings.max_header_bytes,  # the h11 fallback's bound
         "http": server_protocol(settings.header_read_timeout_s, settings.max_header_bytes),
         "server_header": False,
-        # Pinned, not uvicorn's "auto" (uvloop wherever it happens to be installed): the
-        # gateway runs on the same loop in every install and in bench/gateway.py. uvloop
-        # measured no faster here (bench/gateway.py, interleaved rounds); the network
-        # clients are tested on it too, for deployments that choose it.
-        "loop": "asyncio",
+        # uvloop (a runtime dependency off Windows): the gateway's per-token work is
+        # event-loop work (a frame read, an SSE write per token per stream), and libuv's
+        # loop costs less of it than asyncio's. Named, not uvicorn's "auto", so the choice
+        # is this function's (asyncio only where uvloop cannot be installed).
+        "loop": event_loop_name(),
     }
+
+
+def event_loop_name() -> str:
+    """uvicorn's `loop` option: "uvloop" where it imports, else "asyncio"."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
 
 
 def server_protocol(timeout_s: float, max_head_bytes: int) -> type[asyncio.Protocol]:

@@ -101,13 +101,57 @@ _LINE_BREAKERS = (
 )
 
 
-def sse(payload: object) -> bytes:
-    """One SSE event: `data: <JSON>` on a single line, whatever text the tokens decode to."""
-    data = _encoder.encode(payload)
+def _one_line(data: bytes) -> bytes:
+    if data.isascii():  # nearly every event: nothing to look for
+        return data
     for raw, escaped in _LINE_BREAKERS:
         if raw in data:
             data = data.replace(raw, escaped)
-    return b"data: " + data + b"\n\n"
+    return data
+
+
+def sse(payload: object) -> bytes:
+    """One SSE event: `data: <JSON>` on a single line, whatever text the tokens decode to."""
+    return b"data: " + _one_line(_encoder.encode(payload)) + b"\n\n"
+
+
+_CHOICES = b'"choices":[]'
+_USAGE = b'"usage":null}'
+
+
+class ChunkTemplate:
+    """The SSE events of one stream's chunks, with the parts every chunk repeats (`id`,
+    `object`, `created`, `model`, `system_fingerprint`) encoded once per stream.
+
+    Per token only the choices (and the final usage) are encoded; the bytes are
+    exactly `sse(chunk)` of the whole chunk. `prototype` is the stream's chunk with
+    no choices and no usage; its JSON must have `choices` before a final `usage`
+    (the streamed chunk structs do), else this refuses it.
+    """
+
+    __slots__ = ("_head", "_middle")
+
+    def __init__(self, prototype: object) -> None:
+        data = _one_line(_encoder.encode(prototype))
+        # Unique: inside a JSON string a quote is escaped, so this cannot occur there.
+        head, found, rest = data.partition(_CHOICES)
+        if not found or not rest.endswith(_USAGE) or _CHOICES in rest:
+            raise ValueError("the chunk's JSON needs empty `choices` before a final null `usage`")
+        self._head = b"data: " + head + _CHOICES[:-2]
+        self._middle = rest[: -len(b"null}")]
+
+    def event(self, choices: object, usage: object | None = None) -> bytes:
+        """The event of the chunk with these choices (a list of choice structs) and usage."""
+        encoded_usage = b"null" if usage is None else _one_line(_encoder.encode(usage))
+        return b"".join(
+            (
+                self._head,
+                _one_line(_encoder.encode(choices)),
+                self._middle,
+                encoded_usage,
+                b"}\n\n",
+            )
+        )
 
 
 DONE = b"data: [DONE]\n\n"
@@ -115,16 +159,17 @@ DONE = b"data: [DONE]\n\n"
 
 async def events(
     generation: Generation,
-    first_event: Callable[[int, GenerateChunk | None], object] | None,
-    delta_event: Callable[[int, ChoiceDelta], object | None],
-    usage_event: Callable[[RequestUsage], object],
-    error_event: Callable[[str], object],
+    first_event: Callable[[int, GenerateChunk | None], bytes] | None,
+    delta_event: Callable[[int, ChoiceDelta], bytes | None],
+    usage_event: Callable[[RequestUsage], bytes],
+    error_event: Callable[[str], bytes],
     *,
     first_after_prefill: bool = False,
     outputs: dict[int, list[int]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE events of a generation, each choice under its response index (`p * n + i` for
-    choice `i` of prompt `p`). The first events (one per choice) go out at once, or with
+    choice `i` of prompt `p`). The callables return finished events (`sse()`, or a stream's
+    `ChunkTemplate`). The first events (one per choice) go out at once, or with
     `first_after_prefill` along with the prompt's first chunk (an echo that carries the
     prompt's logprobs, which exist once the prompt is computed). `outputs`, when given,
     collects each choice's token ids, those of deltas with no text too."""
@@ -132,14 +177,14 @@ async def events(
     n = prepared.settings.n
     if first_event is not None and not first_after_prefill:
         for index in range(prepared.choices):
-            yield sse(first_event(index, None))
+            yield first_event(index, None)
         first_event = None
     opened = [first_event is None] * len(prepared.prompts)  # its first events are out
     try:
         async for prompt, chunk in generation:
             if not opened[prompt] and first_event is not None:  # a scored prompt: off the loop
                 for index in range(prompt * n, prompt * n + n):
-                    yield sse(await asyncio.to_thread(first_event, index, chunk))
+                    yield await asyncio.to_thread(first_event, index, chunk)
                 opened[prompt] = True
             for delta in chunk.choices:
                 if outputs is not None:
@@ -147,25 +192,27 @@ async def events(
                 if delta.text or delta.finish_reason or delta.logprobs:
                     event = delta_event(prompt * n + delta.index, delta)
                     if event is not None:  # None: nothing to send yet (text held back)
-                        yield sse(event)
+                        yield event
             if chunk.error:
-                yield sse(error_event(chunk.error))
+                yield error_event(chunk.error)
     except Exception:  # the engine or worker failed mid-stream: end with an error event
-        yield sse(error_event("the model failed while generating; the response is incomplete"))
+        yield error_event("the model failed while generating; the response is incomplete")
         yield DONE
         return
     if prepared.include_usage:
-        yield sse(usage_event(generation.usage()))
+        yield usage_event(generation.usage())
     yield DONE
 
 
-def stream_error(message: str) -> dict[str, object]:
+def stream_error(message: str) -> bytes:
     """The event a stream ends with when the model failed mid-way (OpenAI's error shape)."""
-    return {
-        "error": {
-            "message": message,
-            "type": "server_error",
-            "param": None,
-            "code": "generation_failed",
+    return sse(
+        {
+            "error": {
+                "message": message,
+                "type": "server_error",
+                "param": None,
+                "code": "generation_failed",
+            }
         }
-    }
+    )

@@ -16,6 +16,7 @@ from hydrant.platform.inference.chat.answer import AnswerReader, read_whole
 from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.inference.render import (
     Choice,
+    ChunkTemplate,
     collect,
     events,
     stream_error,
@@ -121,12 +122,12 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
     readers: dict[int, AnswerReader] = {}  # per choice, unless plain
     outputs: dict[int, list[int]] | None = {} if prepared.thinking is not None else None
 
-    def chunk(choices: list[s.ChatChunkChoice], usage: s.Usage | None = None) -> object:
-        return s.ChatCompletionChunk(
-            id=rid, created=created, model=ctx.model, choices=choices, usage=usage
-        )
+    template = ChunkTemplate(
+        s.ChatCompletionChunk(id=rid, created=created, model=ctx.model, choices=[])
+    )
+    chunk = template.event
 
-    def delta_event(i: int, d: ChoiceDelta) -> object | None:
+    def delta_event(i: int, d: ChoiceDelta) -> bytes | None:
         reason: str | None = d.finish_reason
         if plain:
             delta = s.ChatDelta(content=d.text) if d.text else s.ChatDelta()

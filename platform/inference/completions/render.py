@@ -11,7 +11,14 @@ from hydrant.engine.detokenizer import IncrementalDetokenizer
 from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, TokenLogprob
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.inference import schemas as s
-from hydrant.platform.inference.render import collect, events, stream_error, token_piece, usage_body
+from hydrant.platform.inference.render import (
+    ChunkTemplate,
+    collect,
+    events,
+    stream_error,
+    token_piece,
+    usage_body,
+)
 from hydrant.platform.inference.service import Generation
 
 
@@ -118,12 +125,12 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     echoed = prepared.prompts[0].echo_text is not None
     offsets: dict[int, _Offsets] = {}  # per choice, over the tokens streamed so far
 
-    def chunk(choices: list[s.CompletionChoice], usage: s.Usage | None = None) -> object:
-        return s.Completion(id=rid, created=created, model=ctx.model, choices=choices, usage=usage)
+    template = ChunkTemplate(s.Completion(id=rid, created=created, model=ctx.model, choices=[]))
+    chunk = template.event
 
     echo_logprobs: dict[int, s.CompletionLogprobs] = {}  # per prompt, rendered once for its n
 
-    def echo_event(index: int, first: GenerateChunk | None) -> object:
+    def echo_event(index: int, first: GenerateChunk | None) -> bytes:
         prompt = prepared.prompts[index // n]
         logprobs = None
         if scored:
@@ -141,7 +148,7 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
             ]
         )
 
-    def delta_event(index: int, d: ChoiceDelta) -> object:
+    def delta_event(index: int, d: ChoiceDelta) -> bytes:
         logprobs = None
         if want_logprobs:
             prompt = prepared.prompts[index // n]

@@ -31,7 +31,14 @@ def test_the_options_carry_the_settings_limits_and_the_httptools_protocol() -> N
     assert options["server_header"] is False
     assert options["access_log"] is False
     assert options["log_config"] is None  # logging is hydrant's own (redacted)
-    assert options["loop"] == "asyncio"  # not uvicorn's "auto": the same loop in every install
+    assert options["loop"] == "uvloop"  # a runtime dependency off Windows
+
+
+def test_without_uvloop_the_gateway_runs_on_asyncios_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` now fails
+    assert server_options(SETTINGS)["loop"] == "asyncio"
 
 
 def test_without_httptools_the_options_fall_back_to_the_h11_protocol(
