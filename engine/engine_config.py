@@ -124,6 +124,9 @@ class EngineConfig:
     them in the compute dtype.
     `enforce_eager` turns the decode steps' CUDA graphs off (engine/cuda_graphs.py):
     every step then launches its kernels one by one, as on the CPU.
+    `max_prefill_tokens_while_decoding` caps the prompt tokens of a step that also
+    runs decodes (token_budget.py): a long prefill chunk stalls every running
+    stream's next token for the whole step. None: no cap beyond the lanes'.
     `num_threads` is torch's intra-op thread count, set once when the engine is
     built (`LLMEngine.from_pretrained`): an integer, or "auto" (see
     `resolve_num_threads`: `OMP_NUM_THREADS` if set, else one core fewer than the
@@ -151,6 +154,7 @@ class EngineConfig:
     kv_cache_dtype: Literal["auto", "int8"] = "auto"
     enforce_eager: bool = False
     num_threads: NumThreads | None = None
+    max_prefill_tokens_while_decoding: int | None = 512
 
     def __post_init__(self) -> None:
         positive = {
@@ -190,6 +194,9 @@ class EngineConfig:
             raise EngineConfigError(
                 f"kv_cache_dtype must be 'auto' or 'int8', got {self.kv_cache_dtype!r}"
             )
+        cap = self.max_prefill_tokens_while_decoding
+        if cap is not None and cap < 1:
+            raise EngineConfigError(f"max_prefill_tokens_while_decoding must be >= 1, got {cap}")
         if self.num_threads is not None:
             parse_num_threads(self.num_threads)  # raises on 0, a negative, a typo
         if not (self.device == "cpu" or self.device.startswith("cuda")):

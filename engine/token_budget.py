@@ -7,6 +7,15 @@ are tiered by prompt length: short ones draw on `short_lane_tokens`, long
 ones on `long_lane_tokens`, and both on `max_num_batched_tokens`. While long
 requests have work, the short lane may not eat into the part of the total
 the long lane is entitled to, so neither tier can starve the other.
+
+In a step that runs decodes, prefill chunks (new prompts and the rest of
+chunked ones) together get at most `max_prefill_tokens_while_decoding`:
+one 2048-token chunk makes a step several times longer than a decode step,
+and every running request's next token waits for it (the inter-token
+latency spikes of issue #24). Within that cap the long lane is entitled to
+half while it has work, so short prompts still start beside a long one. A
+step without decodes prefills with the whole budget; the cap is at least
+one token, so prefill progresses in every step.
 """
 
 from __future__ import annotations
@@ -22,24 +31,52 @@ class TokenBudget:
         self.total_left = config.max_num_batched_tokens
         self._lane_left = {"short": config.short_lane_tokens, "long": config.long_lane_tokens}
         self._long_reserved = min(long_demand, config.long_lane_tokens, self.total_left)
+        self._prefill_cap = config.max_prefill_tokens_while_decoding
+        self._prefill_used = 0
+        self._decoding = False  # a decode was granted: the prefill cap applies
 
-    def grant(self, lane: Lane, wanted: int) -> int:
-        """Take up to `wanted` tokens for `lane`; returns how many were granted (may be 0)."""
+    def grant(self, lane: Lane, wanted: int, *, prefill: bool = False) -> int:
+        """Take up to `wanted` tokens for `lane`; returns how many were granted (may be 0).
+
+        `prefill` says the tokens are a prompt chunk rather than a decode; decodes are
+        granted first in a step, so the prefill cap knows whether it applies.
+        """
         if lane == LONG_LANE:
             available = min(self._lane_left[lane], self.total_left)
         else:
             available = min(self._lane_left[lane], self.total_left - self._long_reserved)
+        if prefill:
+            available = min(available, self._prefill_room(lane))
         granted = max(0, min(wanted, available))
         self._lane_left[lane] -= granted
         self.total_left -= granted
         if lane == LONG_LANE:
             self._long_reserved = max(0, self._long_reserved - granted)
+        if prefill:
+            self._prefill_used += granted
+        elif granted:
+            self._decoding = True
         return granted
 
-    def refund(self, lane: Lane, tokens: int) -> None:
+    def _prefill_room(self, lane: Lane) -> int:
+        if self._prefill_cap is None or not self._decoding:
+            return self.total_left
+        room = self._prefill_cap - self._prefill_used
+        if lane != LONG_LANE:
+            room -= min(self._long_reserved, self._prefill_cap // 2)
+        return max(0, room)
+
+    @property
+    def prefill_exhausted(self) -> bool:
+        """No prompt chunk fits in this step any more (decodes run and the cap is used)."""
+        return self._prefill_room(LONG_LANE) == 0
+
+    def refund(self, lane: Lane, tokens: int, *, prefill: bool = False) -> None:
         """Give back a grant that could not be used (its sequence was preempted)."""
         self._lane_left[lane] += tokens
         self.total_left += tokens
+        if prefill:
+            self._prefill_used -= tokens
 
     def lane_left(self, lane: Lane) -> int:
         return self._lane_left[lane]

@@ -53,6 +53,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             enforce_eager=settings.enforce_eager,
             enable_prefix_caching=settings.enable_prefix_caching,
             num_threads=parse_num_threads(settings.engine_threads),
+            max_prefill_tokens_while_decoding=settings.max_prefill_tokens_while_decoding or None,
         )
         engine = LLMEngine.from_pretrained(
             spec.path, config, metrics=EngineMetrics(metrics_registry, model=spec.name)

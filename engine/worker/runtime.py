@@ -44,6 +44,7 @@ class WorkerOptions:
     enforce_eager: bool = False
     enable_prefix_caching: bool = True
     num_threads: str = "auto"  # torch threads: "auto" or an integer (engine_config.py)
+    max_prefill_tokens_while_decoding: int = 512  # 0: no cap
     host: str = "127.0.0.1"
     port: int = 0
     advertise_host: str | None = None
@@ -126,6 +127,8 @@ class WorkerRuntime:
             enforce_eager=self.options.enforce_eager,
             enable_prefix_caching=self.options.enable_prefix_caching,
             num_threads=parse_num_threads(self.options.num_threads),
+            max_prefill_tokens_while_decoding=self.options.max_prefill_tokens_while_decoding
+            or None,
             show_progress=False,
         )
         metrics = EngineMetrics(self.metrics_registry, model=self.options.model)

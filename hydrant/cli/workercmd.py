@@ -78,6 +78,7 @@ def worker(
         enforce_eager=enforce_eager or settings.enforce_eager,
         enable_prefix_caching=settings.enable_prefix_caching,
         num_threads=settings.engine_threads,
+        max_prefill_tokens_while_decoding=settings.max_prefill_tokens_while_decoding,
         host=host,
         port=port,
         advertise_host=settings.worker_advertise_host,
