@@ -84,7 +84,9 @@ def usable_cpu_count() -> int | None:
 
 def apply_num_threads(setting: NumThreads | None) -> int:
     """Set torch's intra-op threads for this process from `setting` (None: leave them);
-    returns the count in force. Process-wide: every engine of the process shares it."""
+    returns the count in force. Process-wide: every engine of the process shares it, and
+    every thread that starts torch work from now on (the async front's step thread starts
+    after the build); a thread that already ran a parallel op keeps its OpenMP count."""
     if setting is not None:
         threads = resolve_num_threads(setting, usable_cpu_count(), os.environ)
         if threads != torch.get_num_threads():

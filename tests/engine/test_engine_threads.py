@@ -4,6 +4,7 @@ building an engine applies it (and reports it) while None leaves the process alo
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,6 +81,12 @@ def test_building_an_engine_applies_and_reports_the_count(
             tiny_llama_dir, EngineConfig(num_gpu_blocks=16, show_progress=False, num_threads=2)
         )
     assert torch.get_num_threads() == 2
+    # The async front steps on a thread of its own, started after the build: it runs with it.
+    seen: list[int] = []
+    stepper = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    stepper.start()
+    stepper.join()
+    assert seen == [2]
     assert engine.load_report is not None and engine.load_report.threads == 2
     record = next(r for r in caplog.records if "model load" in r.getMessage())
     assert "2 torch threads" in record.getMessage()
