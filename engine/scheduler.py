@@ -188,7 +188,12 @@ class Scheduler:
             for s in (*self.running, *self.waiting)
             if s.lane == LONG_LANE and not (foreground and _background(s))
         )
-        budget = TokenBudget(self.config, long_demand)
+        short_prefill_demand = sum(
+            s.num_uncomputed
+            for s in (*self.running, *self.waiting)
+            if s.lane == SHORT_LANE and s.num_uncomputed > 1 and not (foreground and _background(s))
+        )
+        budget = TokenBudget(self.config, long_demand, short_prefill_demand)
         self._schedule_running(budget, out, foreground)
         if not out.preempted:
             self._schedule_waiting(budget, out, foreground)

@@ -82,6 +82,28 @@ def test_with_decodes_running_prefill_stays_under_the_cap_and_always_progresses(
     sim.drain()
 
 
+def test_a_running_long_prefill_leaves_half_the_cap_to_short_prompts() -> None:
+    """The long prompt is mid-prefill (running, so scheduled before any waiting prompt);
+    short prompts arriving now still get half the cap at once, and it keeps the other half."""
+    sim = SchedulerSim(**CONFIG)
+    decoders = [sim.submit("t", prompt=20, out=60) for _ in range(2)]
+    _step(sim)
+    long = sim.submit("t", prompt=400, out=2)
+    _step(sim)
+    assert 0 < _prompt_left(long) < 400  # running, chunked
+    shorts = [sim.submit("t", prompt=40, out=2) for _ in range(2)]
+    for _ in range(5):
+        long_left, shorts_left = _prompt_left(long), sum(_prompt_left(r) for r in shorts)
+        out = _step(sim)
+        assert 0 < _split(out)[1] <= CAP
+        assert long_left - _prompt_left(long) >= min(CAP // 2, long_left)
+        short_done = shorts_left - sum(_prompt_left(r) for r in shorts)
+        assert short_done >= min(CAP // 2, shorts_left)
+    assert all(_prompt_left(r) == 0 for r in shorts)  # 80 tokens at 16 a step
+    assert all(len(r.seqs[0].output_token_ids) >= 7 for r in decoders)  # never stalled
+    sim.drain()
+
+
 def test_without_a_cap_a_step_takes_the_whole_lane_beside_decodes() -> None:
     sim = SchedulerSim(**{**CONFIG, "max_prefill_tokens_while_decoding": None})  # type: ignore[dict-item]
     [sim.submit("t", prompt=20, out=8) for _ in range(2)]
