@@ -124,6 +124,7 @@ def run_hydrant(
         short_lane_tokens=2048,
         long_lane_tokens=1024,
         enable_prefix_caching=False,  # as vLLM's column: random prompts share nothing anyway
+        num_threads=torch.get_num_threads(),  # --threads (as vLLM's column), never the serving auto
         show_progress=False,
     )
     engine = LLMEngine.from_pretrained(model_dir, config)

@@ -10,6 +10,14 @@ the full decode. The window starts a few tokens back in the prompt, because
 SentencePiece-style decoders drop the leading space of the first token of a
 decode, which would glue the first output word to the prompt.
 
+The window steps in Rust (`tokenizers.decoders.DecodeStream`: the same
+prefix/read-offset algorithm, without a Python list and two decode calls per
+token), whenever the tokenizer is a `tokenizers` one. DecodeStream refuses a
+window whose text does not extend the text before it (it raises "invalid
+prefix": a decoder that rewrites earlier text, such as a stripped space, on
+unusual token runs); the Python window, which cuts by length as before, then
+takes that sequence over from the same offsets, so the text never differs.
+
 `StopStringMatcher` finds stop strings in the growing text, looking only at
 the tail a new delta can complete, and tells a streaming front how much text
 to hold back because it may still turn into a stop string.
@@ -19,6 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
+
+from tokenizers import Tokenizer as BackendTokenizer
+from tokenizers.decoders import DecodeStream
 
 REPLACEMENT_CHAR = "\ufffd"
 # Prompt tokens of context before the first output token (vLLM uses 5 too).
@@ -51,6 +62,11 @@ class IncrementalDetokenizer:
         self._parts: list[str] = []
         self._joined = 0  # how many of _parts _text_cache holds
         self._text_cache = ""
+        backend = getattr(tokenizer, "backend", None)
+        self._backend = backend if isinstance(backend, BackendTokenizer) else None
+        self._stream = (
+            DecodeStream(list(context), skip_special_tokens) if self._backend is not None else None
+        )
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=self._skip)
@@ -58,6 +74,22 @@ class IncrementalDetokenizer:
     def add(self, token_id: int) -> str:
         """Append one token; return the text it completes ("" while a character is unfinished)."""
         self._ids.append(token_id)
+        if self._stream is not None and self._backend is not None:
+            try:
+                delta = self._stream.step(self._backend, token_id)
+            except Exception:  # "invalid prefix" (a bare Exception from tokenizers)
+                self._stream = None  # the Python window continues from the same offsets
+            else:
+                if delta is None:
+                    return ""
+                self._prefix_offset = self._read_offset
+                self._read_offset = len(self._ids)
+                self._parts.append(delta)
+                return delta
+        return self._add_window()
+
+    def _add_window(self) -> str:
+        """The Python window: decode the window and the text before it, emit the growth."""
         prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
         window_text = self._decode(self._ids[self._prefix_offset :])
         if len(window_text) <= len(prefix_text) or window_text.endswith(REPLACEMENT_CHAR):

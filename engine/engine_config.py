@@ -7,6 +7,8 @@ value object read once and passed in, never read from the environment here.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,6 +29,69 @@ OLD_KERNEL_NAMES = ("torch", "native", "hydrant")  # mapped by engine/ops.py
 
 class EngineConfigError(EngineError):
     """A setting that makes no sense (a zero block size, a fraction above one)."""
+
+
+NumThreads = int | Literal["auto"]
+
+
+def parse_num_threads(text: str | int) -> NumThreads:
+    """`"auto"` or a positive integer, from a setting (`HYDRANT_ENGINE_THREADS`) or a flag."""
+    if isinstance(text, int):
+        value = text
+    elif text.strip().lower() == "auto":
+        return "auto"
+    else:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise EngineConfigError(
+                f"engine threads must be 'auto' or a positive integer, got {text!r}"
+            ) from None
+    if value < 1:
+        raise EngineConfigError(f"engine threads must be >= 1, got {value}")
+    return value
+
+
+def resolve_num_threads(
+    setting: NumThreads, cpu_count: int | None, environ: Mapping[str, str]
+) -> int:
+    """The torch intra-op thread count an engine runs with.
+
+    An integer is taken as it is. `"auto"` is `OMP_NUM_THREADS` when the
+    environment sets it to a positive integer (an operator's or a launcher's
+    explicit choice, e.g. a container pinned to some cores, wins), else one
+    core fewer than the machine has, at least one: the engine's OpenMP threads
+    spin while they wait, and a thread for every core fights the process's own
+    event loop (the worker's HTTP front, or the gateway in the embedded mode)
+    and the clients on the same machine for every core. On a 2-core box that
+    fight doubled the time per output token (issue #24).
+    """
+    if setting != "auto":
+        return setting
+    omp = environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) >= 1:
+        return int(omp)
+    return max(1, (cpu_count or 1) - 1)
+
+
+def usable_cpu_count() -> int | None:
+    """The cores this process may run on (its affinity mask: a container's or `taskset`'s
+    cpuset), not the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
+def apply_num_threads(setting: NumThreads | None) -> int:
+    """Set torch's intra-op threads for this process from `setting` (None: leave them);
+    returns the count in force. Process-wide: every engine of the process shares it, and
+    every thread that starts torch work from now on (the async front's step thread starts
+    after the build); a thread that already ran a parallel op keeps its OpenMP count."""
+    if setting is not None:
+        threads = resolve_num_threads(setting, usable_cpu_count(), os.environ)
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 @dataclass(frozen=True)
@@ -61,6 +126,14 @@ class EngineConfig:
     them in the compute dtype.
     `enforce_eager` turns the decode steps' CUDA graphs off (engine/cuda_graphs.py):
     every step then launches its kernels one by one, as on the CPU.
+    `max_prefill_tokens_while_decoding` caps the prompt tokens of a step that also
+    runs decodes (token_budget.py): a long prefill chunk stalls every running
+    stream's next token for the whole step. None: no cap beyond the lanes'.
+    `num_threads` is torch's intra-op thread count, set once when the engine is
+    built (`LLMEngine.from_pretrained`): an integer, or "auto" (see
+    `resolve_num_threads`: `OMP_NUM_THREADS` if set, else one core fewer than the
+    machine). None leaves the process's setting alone (tests, benchmarks that set it
+    themselves); the servers pass "auto" unless `HYDRANT_ENGINE_THREADS` says otherwise.
     """
 
     block_size: int = 16
@@ -82,6 +155,8 @@ class EngineConfig:
     quantization: Literal["int8", "int4"] | None = None
     kv_cache_dtype: Literal["auto", "int8"] = "auto"
     enforce_eager: bool = False
+    num_threads: NumThreads | None = None
+    max_prefill_tokens_while_decoding: int | None = 512
 
     def __post_init__(self) -> None:
         positive = {
@@ -121,6 +196,11 @@ class EngineConfig:
             raise EngineConfigError(
                 f"kv_cache_dtype must be 'auto' or 'int8', got {self.kv_cache_dtype!r}"
             )
+        cap = self.max_prefill_tokens_while_decoding
+        if cap is not None and cap < 1:
+            raise EngineConfigError(f"max_prefill_tokens_while_decoding must be >= 1, got {cap}")
+        if self.num_threads is not None:
+            parse_num_threads(self.num_threads)  # raises on 0, a negative, a typo
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise EngineConfigError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
 

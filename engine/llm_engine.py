@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 
 from hydrant.engine.config import ModelConfig
-from hydrant.engine.engine_config import EngineConfig, EngineConfigError
+from hydrant.engine.engine_config import EngineConfig, EngineConfigError, apply_num_threads
 from hydrant.engine.errors import EngineError, InvalidRequestError
 from hydrant.engine.load_report import LoadReport, timed_phase
 from hydrant.engine.loader import read_model_config
@@ -99,9 +99,12 @@ class LLMEngine:
     ) -> LLMEngine:
         """Load config, weights and (when the directory has one) the tokenizer.
 
-        Each phase is timed into `engine.load_report` and logged as one record.
+        Each phase is timed into `engine.load_report` and logged as one record, with
+        the torch thread count `config.num_threads` resolved to (set here, before the
+        weights load: the one place every engine, worker or embedded, is built).
         """
         report = LoadReport("load")
+        report.threads = apply_num_threads(config.num_threads)
         started = time.perf_counter()
         with report.active():
             engine = cls._load(Path(model_dir), config, metrics)

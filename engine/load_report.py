@@ -29,6 +29,7 @@ class LoadReport:
     kind: str = "load"  # "load" or "wake"
     phases: dict[str, float] = field(default_factory=dict)
     wall_seconds: float | None = None  # start to end, untimed gaps (quantizing) included
+    threads: int | None = None  # torch intra-op threads the engine runs with (a load's)
 
     @property
     def total_seconds(self) -> float:
@@ -64,15 +65,18 @@ class LoadReport:
         """One structured record; each phase is a flat numeric extra field (`phase_weights_s`),
         so JSON logs stay queryable; never a path or a secret."""
         parts = ", ".join(f"{name} {seconds:.3f}s" for name, seconds in self.phases.items())
+        threads = f", {self.threads} torch threads" if self.threads is not None else ""
         logger.info(
-            "%s %s in %.3fs (%s)",
+            "%s %s in %.3fs (%s)%s",
             what,
             self.kind,
             self.total_seconds,
             parts,
+            threads,
             extra={
                 "event": f"engine_{self.kind}",
                 **{f"phase_{name}_s": value for name, value in self.as_dict().items()},
+                **({"torch_threads": self.threads} if self.threads is not None else {}),
             },
         )
 

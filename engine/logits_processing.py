@@ -93,17 +93,25 @@ def sample_from_probs(
 ) -> torch.Tensor:
     """Draw one token per row, each seeded row from its own generator.
 
-    Uses the exponential race (argmax of p / E, E ~ Exp(1), a Gumbel-max
-    equivalent): it needs no CPU sync and a row's draw depends only on its own
-    probabilities and generator, so a seeded request samples the same tokens
-    alone or in any batch. E is clamped away from 0 so a zero-probability
-    token can never win through 0 / 0 = NaN.
+    Inverse CDF: one uniform `u` per row, scaled by the row's total, and the
+    first token whose running sum exceeds it (`searchsorted(right=True)`). That
+    costs one random number per row instead of one per vocabulary entry (the
+    exponential race drew V of them), with no CPU sync, and a row's draw still
+    depends only on its own probabilities and generator, so a seeded request
+    samples the same tokens alone or in any batch. A token of probability 0
+    adds nothing to the running sum, so the first sum above `u` is never its
+    own; `u` is clamped strictly below the total so rounding cannot step past
+    the last token with mass.
     """
-    noise = torch.empty_like(probs)
+    rows, device = probs.shape[0], probs.device
+    uniform = torch.empty(rows, dtype=torch.float32, device=device)
     if any(g is None for g in generators):
-        noise.exponential_()
+        uniform.uniform_()
     for row, generator in enumerate(generators):
         if generator is not None:
-            noise[row].exponential_(generator=generator)
-    noise.clamp_(min=torch.finfo(noise.dtype).tiny)
-    return (probs / noise).argmax(dim=-1)
+            uniform[row : row + 1].uniform_(generator=generator)
+    cdf = probs.float().cumsum(dim=-1)
+    total = cdf[:, -1:]
+    target = torch.minimum(uniform.unsqueeze(1) * total, total.nextafter(torch.zeros_like(total)))
+    index = torch.searchsorted(cdf, target, right=True).squeeze(1)
+    return index.clamp_(max=probs.shape[1] - 1)

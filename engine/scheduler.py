@@ -3,7 +3,10 @@
 Every step the scheduler first continues the running sequences (decodes
 before prefill chunks), then admits waiting ones while the token budget, the
 sequence limit and the KV pool allow. A prompt larger than what is left of
-the budget is prefilled in chunks over several steps, mixed with decodes.
+the budget is prefilled in chunks over several steps, mixed with decodes; in
+a step with decodes, prompt chunks share a smaller cap
+(`max_prefill_tokens_while_decoding`, token_budget.py) so they do not stall
+every running stream's next token.
 
 Order everywhere is (priority, tenant's virtual token counter, arrival):
 urgent requests first, then the least-served tenant. When a running
@@ -185,7 +188,12 @@ class Scheduler:
             for s in (*self.running, *self.waiting)
             if s.lane == LONG_LANE and not (foreground and _background(s))
         )
-        budget = TokenBudget(self.config, long_demand)
+        short_prefill_demand = sum(
+            s.num_uncomputed
+            for s in (*self.running, *self.waiting)
+            if s.lane == SHORT_LANE and s.num_uncomputed > 1 and not (foreground and _background(s))
+        )
+        budget = TokenBudget(self.config, long_demand, short_prefill_demand)
         self._schedule_running(budget, out, foreground)
         if not out.preempted:
             self._schedule_waiting(budget, out, foreground)
@@ -206,7 +214,8 @@ class Scheduler:
             if pause_background and _background(seq):
                 paused.append(seq)  # still the first preemption victims of the others
                 continue
-            wanted = budget.grant(seq.lane, seq.num_uncomputed)
+            prefill = seq.num_uncomputed > 1  # the rest of a chunked prompt
+            wanted = budget.grant(seq.lane, seq.num_uncomputed, prefill=prefill)
             if wanted == 0:
                 continue
             start = seq.num_computed_tokens
@@ -214,7 +223,7 @@ class Scheduler:
                 candidates = pending + paused
                 victim = max(candidates, key=self._key) if candidates else seq
                 if victim is seq:
-                    budget.refund(seq.lane, wanted)
+                    budget.refund(seq.lane, wanted, prefill=prefill)
                     self._preempt(seq, out)
                     break
                 (paused if victim in paused else pending).remove(victim)
@@ -229,7 +238,7 @@ class Scheduler:
         for seq in sorted(self.waiting, key=self._key):  # background ones come last
             if len(self.running) + len(admitted) >= self.config.max_num_seqs:
                 break
-            if budget.total_left == 0:
+            if budget.total_left == 0 or budget.prefill_exhausted:
                 break
             if budget.lane_left(seq.lane) == 0:
                 continue
@@ -240,13 +249,13 @@ class Scheduler:
             whole = params.prompt_logprobs is not None or (params.embed and self.pool_every_token)
             cached = [] if whole else self.block_manager.find_cached_prefix(seq)
             remaining = seq.num_tokens - len(cached) * self.block_manager.block_size
-            wanted = budget.grant(seq.lane, remaining)
+            wanted = budget.grant(seq.lane, remaining, prefill=True)
             if wanted == 0:
                 continue
             # the watermark keeps room for running decodes; an idle engine needs none
             reserve = self._watermark if self.running or admitted else 0
             if not self.block_manager.allocate_slots(seq, wanted, cached, reserve):
-                budget.refund(seq.lane, wanted)
+                budget.refund(seq.lane, wanted, prefill=True)
                 break  # keep the order: a later, smaller request must not jump it forever
             self.block_manager.record_lookup(seq.num_tokens, seq.num_computed_tokens)
             req = seq.request

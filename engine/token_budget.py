@@ -7,39 +7,88 @@ are tiered by prompt length: short ones draw on `short_lane_tokens`, long
 ones on `long_lane_tokens`, and both on `max_num_batched_tokens`. While long
 requests have work, the short lane may not eat into the part of the total
 the long lane is entitled to, so neither tier can starve the other.
+
+In a step that runs decodes, prefill chunks (new prompts and the rest of
+chunked ones) together get at most `max_prefill_tokens_while_decoding`:
+one 2048-token chunk makes a step several times longer than a decode step,
+and every running request's next token waits for it (the inter-token
+latency spikes of issue #24). Within that cap each lane is entitled to half
+while it has prompt work, so short prompts still start beside a long one
+and a flood of short ones does not stop a long one. A
+step without decodes prefills with the whole budget; the cap is at least
+one token, so prefill progresses in every step.
 """
 
 from __future__ import annotations
 
 from hydrant.engine.engine_config import EngineConfig
-from hydrant.engine.sequence import LONG_LANE, Lane
+from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Lane
 
 
 class TokenBudget:
     """What is left of one step's token budget, per lane and in total."""
 
-    def __init__(self, config: EngineConfig, long_demand: int) -> None:
+    def __init__(
+        self, config: EngineConfig, long_demand: int, short_prefill_demand: int = 0
+    ) -> None:
         self.total_left = config.max_num_batched_tokens
         self._lane_left = {"short": config.short_lane_tokens, "long": config.long_lane_tokens}
         self._long_reserved = min(long_demand, config.long_lane_tokens, self.total_left)
+        self._prefill_cap = config.max_prefill_tokens_while_decoding
+        # each lane's floor within the cap: half of it, or its whole demand if smaller
+        half = (self._prefill_cap or 0) // 2
+        self._prefill_floor = {
+            "long": min(long_demand, half),
+            "short": min(short_prefill_demand, half),
+        }
+        self._prefill_used = {"short": 0, "long": 0}
+        self._decoding = False  # a decode was granted: the prefill cap applies
 
-    def grant(self, lane: Lane, wanted: int) -> int:
-        """Take up to `wanted` tokens for `lane`; returns how many were granted (may be 0)."""
+    def grant(self, lane: Lane, wanted: int, *, prefill: bool = False) -> int:
+        """Take up to `wanted` tokens for `lane`; returns how many were granted (may be 0).
+
+        `prefill` says the tokens are a prompt chunk rather than a decode; decodes are
+        granted first in a step, so the prefill cap knows whether it applies.
+        """
         if lane == LONG_LANE:
             available = min(self._lane_left[lane], self.total_left)
         else:
             available = min(self._lane_left[lane], self.total_left - self._long_reserved)
+        if prefill:
+            available = min(available, self._prefill_room(lane))
         granted = max(0, min(wanted, available))
         self._lane_left[lane] -= granted
         self.total_left -= granted
         if lane == LONG_LANE:
             self._long_reserved = max(0, self._long_reserved - granted)
+        if prefill:
+            self._prefill_used[lane] += granted
+        elif granted:
+            self._decoding = True
         return granted
 
-    def refund(self, lane: Lane, tokens: int) -> None:
+    def _prefill_room(self, lane: Lane) -> int:
+        """What the cap leaves `lane`: the cap less what both lanes took, less what the
+        other lane is still owed of its floor (so whichever is scheduled first, a running
+        long prefill or a waiting short prompt, cannot take the whole cap)."""
+        if self._prefill_cap is None or not self._decoding:
+            return self.total_left
+        other: Lane = SHORT_LANE if lane == LONG_LANE else LONG_LANE
+        owed = max(0, self._prefill_floor[other] - self._prefill_used[other])
+        used = self._prefill_used[SHORT_LANE] + self._prefill_used[LONG_LANE]
+        return max(0, self._prefill_cap - used - owed)
+
+    @property
+    def prefill_exhausted(self) -> bool:
+        """No prompt chunk of either lane fits in this step any more."""
+        return self._prefill_room(LONG_LANE) == 0 and self._prefill_room(SHORT_LANE) == 0
+
+    def refund(self, lane: Lane, tokens: int, *, prefill: bool = False) -> None:
         """Give back a grant that could not be used (its sequence was preempted)."""
         self._lane_left[lane] += tokens
         self.total_left += tokens
+        if prefill:
+            self._prefill_used[lane] -= tokens
 
     def lane_left(self, lane: Lane) -> int:
         return self._lane_left[lane]

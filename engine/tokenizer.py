@@ -110,6 +110,11 @@ class Tokenizer:
             model_max_length=max_len if isinstance(max_len, int) and max_len < 10**12 else None,
         )
 
+    @property
+    def backend(self) -> BackendTokenizer:
+        """The `tokenizers` object itself (incremental decoding steps it in Rust)."""
+        return self._backend
+
     def backend_json(self) -> str:
         """The `tokenizers` serialization (tokenizer.json's text): what llguidance reads."""
         return str(self._backend.to_str())

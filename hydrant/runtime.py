@@ -32,7 +32,7 @@ class EmbeddedEngines:
 def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
     """Load every served model onto `settings.device` (blocking: call before serving)."""
     from hydrant.engine.async_engine import AsyncLLMEngine
-    from hydrant.engine.engine_config import EngineConfig
+    from hydrant.engine.engine_config import EngineConfig, parse_num_threads
     from hydrant.engine.inprocess import InProcessEngineClient
     from hydrant.engine.llm_engine import LLMEngine
     from hydrant.engine.metrics import EngineMetrics
@@ -52,6 +52,8 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             kv_cache_dtype=settings.kv_cache_dtype,
             enforce_eager=settings.enforce_eager,
             enable_prefix_caching=settings.enable_prefix_caching,
+            num_threads=parse_num_threads(settings.engine_threads),
+            max_prefill_tokens_while_decoding=settings.max_prefill_tokens_while_decoding or None,
         )
         engine = LLMEngine.from_pretrained(
             spec.path, config, metrics=EngineMetrics(metrics_registry, model=spec.name)

@@ -74,6 +74,8 @@ class Settings:
     kv_cache_dtype: Literal["auto", "int8"] = "auto"
     enforce_eager: bool = False  # no CUDA graphs for decode steps
     enable_prefix_caching: bool = True  # reuse cached KV blocks of shared prompt prefixes
+    max_prefill_tokens_while_decoding: int = 512  # prompt tokens of a step with decodes; 0: off
+    engine_threads: str = "auto"  # torch threads: auto (OMP_NUM_THREADS, else cores - 1) or N
     max_request_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
     body_read_timeout_s: float = 30.0
@@ -206,6 +208,11 @@ def _coerce(name: str, raw: Any) -> Any:
                 elif str(item).strip():
                     specs.append(ModelSpec.parse(str(item)))
             return tuple(specs)
+        if name == "engine_threads":
+            text = str(raw).strip().lower()
+            if text != "auto" and not (text.isdigit() and int(text) >= 1):
+                raise ValueError("expected auto or a positive integer")
+            return text
         if kind is bool:
             if isinstance(raw, bool):
                 return raw

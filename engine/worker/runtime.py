@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from hydrant.engine.async_engine import AsyncLLMEngine, RequestStream
-from hydrant.engine.engine_config import EngineConfig
+from hydrant.engine.engine_config import EngineConfig, parse_num_threads
 from hydrant.engine.inprocess import InProcessEngineClient
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.metrics import EngineMetrics
@@ -43,6 +43,8 @@ class WorkerOptions:
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
     enable_prefix_caching: bool = True
+    num_threads: str = "auto"  # torch threads: "auto" or an integer (engine_config.py)
+    max_prefill_tokens_while_decoding: int = 512  # 0: no cap
     host: str = "127.0.0.1"
     port: int = 0
     advertise_host: str | None = None
@@ -124,6 +126,9 @@ class WorkerRuntime:
             kv_cache_dtype=self.options.kv_cache_dtype,  # type: ignore[arg-type]  # validated there
             enforce_eager=self.options.enforce_eager,
             enable_prefix_caching=self.options.enable_prefix_caching,
+            num_threads=parse_num_threads(self.options.num_threads),
+            max_prefill_tokens_while_decoding=self.options.max_prefill_tokens_while_decoding
+            or None,
             show_progress=False,
         )
         metrics = EngineMetrics(self.metrics_registry, model=self.options.model)

@@ -77,6 +77,8 @@ def worker(
         kv_cache_dtype=kv_cache_dtype or settings.kv_cache_dtype,
         enforce_eager=enforce_eager or settings.enforce_eager,
         enable_prefix_caching=settings.enable_prefix_caching,
+        num_threads=settings.engine_threads,
+        max_prefill_tokens_while_decoding=settings.max_prefill_tokens_while_decoding,
         host=host,
         port=port,
         advertise_host=settings.worker_advertise_host,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,95 @@ def test_chunking_does_not_change_the_cut(text: str, stops: list[str], cuts: lis
     assert by_chunks == by_chars
     if by_chars is not None:
         assert any(text[by_chars:].startswith(s) for s in stops)
+
+
+class _PythonOnly:
+    """The same tokenizer seen only through `decode`: the detokenizer's Python window."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def _random_ids(tokenizer: Tokenizer, data: st.DataObject, size: int) -> list[int]:
+    """Random ids, biased towards the ones that make streaming hard: specials, byte pieces."""
+    vocab = tokenizer.vocab_size
+    hard = sorted(tokenizer.special_token_ids) + list(range(min(vocab, 300)))
+    return data.draw(
+        st.lists(st.one_of(st.integers(0, vocab - 1), st.sampled_from(hard)), max_size=size)
+    )
+
+
+@pytest.mark.parametrize("which", ["demo", "sentencepiece"])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_rust_stream_equals_the_python_window_and_the_full_decode(
+    tokenizer: Tokenizer, sentencepiece: Tokenizer, which: str, data: st.DataObject
+) -> None:
+    """DecodeStream's deltas are the Python window's, delta for delta, for random token
+    runs after random prompts, with special tokens skipped or kept; and they add up to
+    the full decode after the prompt context."""
+    tok = tokenizer if which == "demo" else sentencepiece
+    prompt = _random_ids(tok, data, 8)
+    ids = _random_ids(tok, data, 40)
+    skip = data.draw(st.booleans())
+    rust = IncrementalDetokenizer(tok, prompt, skip_special_tokens=skip)
+    python = IncrementalDetokenizer(_PythonOnly(tok), prompt, skip_special_tokens=skip)
+    assert rust._stream is not None and python._stream is None
+    rust_deltas = [*_stream(rust, ids), rust.flush()]
+    assert rust_deltas == [*_stream(python, ids), python.flush()]
+    assert rust.text == "".join(rust_deltas)
+    context = prompt[-5:]
+    before = tok.decode(context, skip_special_tokens=skip)
+    if not before.endswith(REPLACEMENT_CHAR) and which == "demo":
+        assert before + rust.text == tok.decode(context + ids, skip_special_tokens=skip)
+
+
+def _text_ids(tokenizer: Tokenizer) -> list[int]:
+    """Every id but the `<0xNN>` byte pieces: those alone can spell invalid UTF-8, which a
+    full decode turns into U+FFFD runs that rewrite text already streamed."""
+    return [
+        i
+        for i in range(tokenizer.vocab_size)
+        if not tokenizer.backend.id_to_token(i).startswith("<0x")
+    ]
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_sentencepiece_random_streams_equal_the_full_decode(
+    sentencepiece: Tokenizer, data: st.DataObject
+) -> None:
+    pool = st.sampled_from(_text_ids(sentencepiece))
+    prompt = data.draw(st.lists(pool, max_size=8))
+    ids = data.draw(st.lists(pool, max_size=40))
+    skip = data.draw(st.booleans())
+    detok = IncrementalDetokenizer(sentencepiece, prompt, skip_special_tokens=skip)
+    streamed = "".join(_stream(detok, ids)) + detok.flush()
+    context = prompt[-5:]
+    full = sentencepiece.decode(context + ids, skip_special_tokens=skip)
+    assert sentencepiece.decode(context, skip_special_tokens=skip) + streamed == full
+
+
+def test_invalid_prefix_falls_back_to_the_python_window(sentencepiece: Tokenizer) -> None:
+    """`A` then the lone byte 0xAC: byte fallback turns the pair into two U+FFFD, so the
+    text no longer starts with the `A` already streamed; DecodeStream refuses that and the
+    Python window carries on with the very deltas it would have given alone."""
+    pieces = ["<0x41>", "<0xAC>", "e", "▁the"]
+    ids: list[int] = []
+    for piece in pieces:
+        token_id = sentencepiece.token_to_id(piece)
+        assert token_id is not None, piece
+        ids.append(token_id)
+    rust = IncrementalDetokenizer(sentencepiece, [])
+    python = IncrementalDetokenizer(_PythonOnly(sentencepiece), [])
+    deltas = _stream(rust, ids)
+    assert rust._stream is None  # it fell back
+    assert deltas == _stream(python, ids)
+    assert deltas[0] == "A"

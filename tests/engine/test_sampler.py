@@ -21,6 +21,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from hydrant.engine.logits_processing import sample_from_probs
 from hydrant.engine.sampler import Sampler, SamplingRow, make_generator
 from hydrant.engine.sampling_params import SamplingParams
 
@@ -295,3 +296,85 @@ def test_seeded_sampling_on_cuda_matches_alone_and_batched() -> None:
     assert batched.token_ids[0] == logits[0].argmax().item()
     first = alone.logprobs[0]
     assert first is not None and len(first.top) == 2
+
+
+def _chi_square(counts: Counter[int], probs: torch.Tensor, draws: int) -> tuple[float, int]:
+    """Pearson's statistic over the tokens with mass, and its degrees of freedom."""
+    support = torch.nonzero(probs > 0).flatten().tolist()
+    stat = sum(
+        (counts[t] - draws * probs[t].item()) ** 2 / (draws * probs[t].item()) for t in support
+    )
+    return stat, len(support) - 1
+
+
+def _zero_holed_probs() -> torch.Tensor:
+    """A skewed distribution with zeros at the ends and in between (as masks leave them)."""
+    weights = torch.rand(40, generator=torch.Generator().manual_seed(3)) ** 3
+    weights[[0, 1, 5, 17, 18, 30, 38, 39]] = 0.0
+    return weights / weights.sum()
+
+
+def test_inverse_cdf_frequencies_match_the_probabilities() -> None:
+    probs = _zero_holed_probs()
+    draws = 50_000
+    torch.manual_seed(1234)  # unseeded rows: the global generator, fixed for the test
+    tokens = sample_from_probs(probs.expand(draws, -1).contiguous(), [None] * draws).tolist()
+    counts = Counter(tokens)
+    stat, dof = _chi_square(counts, probs, draws)
+    # mean dof, sd sqrt(2 dof): six standard deviations fail only on a broken sampler
+    assert stat < dof + 6 * (2 * dof) ** 0.5, (stat, dof)
+    assert all(probs[t] > 0 for t in counts), "a zero-probability token was drawn"
+
+
+def test_inverse_cdf_seeded_rows_follow_the_probabilities_and_repeat() -> None:
+    probs = _zero_holed_probs()
+    draws = 20_000
+    generators = [make_generator(seed, "cpu") for seed in range(draws)]
+    tokens = sample_from_probs(probs.expand(draws, -1).contiguous(), generators).tolist()
+    stat, dof = _chi_square(Counter(tokens), probs, draws)
+    assert stat < dof + 6 * (2 * dof) ** 0.5, (stat, dof)
+    again = [make_generator(seed, "cpu") for seed in range(draws)]
+    assert sample_from_probs(probs.expand(draws, -1).contiguous(), again).tolist() == tokens
+
+
+def test_inverse_cdf_never_draws_zero_mass_even_at_the_edges() -> None:
+    """All mass on one token at the start, in the middle, at the end; rows with unnormalized
+    totals (a cumsum that rounds) too: only tokens with mass ever come out."""
+    vocab = 64
+    probs = torch.zeros(6, vocab)
+    probs[0, 0] = 1.0
+    probs[1, 31] = 1.0
+    probs[2, vocab - 1] = 1.0
+    probs[3, [2, 60]] = torch.tensor([1e-30, 1.0])  # a tail token with nearly no mass
+    probs[4, 10:20] = 0.1
+    probs[5, :] = torch.rand(vocab, generator=torch.Generator().manual_seed(0)) * 1e-3
+    probs[5, [0, vocab - 1]] = 0.0
+    batch = probs.repeat(2000, 1)
+    torch.manual_seed(7)
+    tokens = sample_from_probs(batch, [None] * batch.shape[0])
+    assert bool((batch.gather(1, tokens.unsqueeze(1)) > 0).all())
+    assert set(tokens[0::6].tolist()) == {0}
+    assert set(tokens[1::6].tolist()) == {31}
+    assert set(tokens[2::6].tolist()) == {vocab - 1}
+    assert set(tokens[4::6].tolist()) == set(range(10, 20))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0, top_k=5),
+        SamplingParams(temperature=1.0, top_p=0.5),
+        SamplingParams(temperature=0.7, top_k=20, top_p=0.8, min_p=0.05),
+    ],
+)
+def test_top_k_top_p_masked_tokens_are_never_drawn_unseeded(params: SamplingParams) -> None:
+    base = _logits(1, seed=11, scale=2.0)
+    allowed_logits = _hf_warp(base[0], params)
+    allowed = set(torch.nonzero(~torch.isinf(allowed_logits)).flatten().tolist())
+    draws = 20_000
+    torch.manual_seed(99)
+    tokens = Sampler()(base.expand(draws, VOCAB), [_row(params) for _ in range(draws)]).token_ids
+    assert set(tokens) <= allowed
+    stat, dof = _chi_square(Counter(tokens), allowed_logits.softmax(dim=-1), draws)
+    if dof:
+        assert stat < dof + 6 * (2 * dof) ** 0.5, (stat, dof)

@@ -1,0 +1,93 @@
+"""The engine's torch thread count: how `auto` and an explicit value resolve, and that
+building an engine applies it (and reports it) while None leaves the process alone."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_models import build_tiny_model
+
+from hydrant.engine.engine_config import (
+    EngineConfig,
+    EngineConfigError,
+    parse_num_threads,
+    resolve_num_threads,
+)
+from hydrant.engine.llm_engine import LLMEngine
+from hydrant.errors import ConfigurationError
+from hydrant.settings import load_settings
+
+
+def test_auto_leaves_one_core_to_the_rest_of_the_process() -> None:
+    assert resolve_num_threads("auto", 2, {}) == 1
+    assert resolve_num_threads("auto", 16, {}) == 15
+    assert resolve_num_threads("auto", 1, {}) == 1
+    assert resolve_num_threads("auto", None, {}) == 1  # count unknown: the safe choice
+
+
+def test_auto_respects_an_explicit_omp_num_threads() -> None:
+    assert resolve_num_threads("auto", 16, {"OMP_NUM_THREADS": "4"}) == 4
+    assert resolve_num_threads("auto", 2, {"OMP_NUM_THREADS": "2"}) == 2
+    # not a usable count: ignored, as torch itself would
+    assert resolve_num_threads("auto", 16, {"OMP_NUM_THREADS": "0"}) == 15
+    assert resolve_num_threads("auto", 16, {"OMP_NUM_THREADS": "lots"}) == 15
+
+
+def test_an_integer_wins_over_everything() -> None:
+    assert resolve_num_threads(3, 2, {"OMP_NUM_THREADS": "8"}) == 3
+
+
+def test_parse_accepts_auto_and_positive_integers_only() -> None:
+    assert parse_num_threads("auto") == "auto"
+    assert parse_num_threads(" AUTO ") == "auto"
+    assert parse_num_threads("4") == 4
+    assert parse_num_threads(2) == 2
+    for bad in ("0", "-1", "two", "", 0):
+        with pytest.raises(EngineConfigError):
+            parse_num_threads(bad)
+    with pytest.raises(EngineConfigError):
+        EngineConfig(num_threads=0)
+
+
+def test_the_setting_is_read_from_the_environment_and_checked() -> None:
+    assert load_settings({}).engine_threads == "auto"
+    assert load_settings({"HYDRANT_ENGINE_THREADS": "3"}).engine_threads == "3"
+    with pytest.raises(ConfigurationError, match="HYDRANT_ENGINE_THREADS"):
+        load_settings({"HYDRANT_ENGINE_THREADS": "0"})
+
+
+@pytest.fixture()
+def restore_threads() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_building_an_engine_applies_and_reports_the_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tiny_llama_dir = build_tiny_model(tmp_path / "llama", "gqa")
+    torch.set_num_threads(1)
+    config = EngineConfig(num_gpu_blocks=16, show_progress=False)  # None: leave it
+    assert LLMEngine.from_pretrained(tiny_llama_dir, config).load_report.threads == 1  # type: ignore[union-attr]
+    with caplog.at_level(logging.INFO, logger="hydrant.engine.llm_engine"):
+        engine = LLMEngine.from_pretrained(
+            tiny_llama_dir, EngineConfig(num_gpu_blocks=16, show_progress=False, num_threads=2)
+        )
+    assert torch.get_num_threads() == 2
+    # The async front steps on a thread of its own, started after the build: it runs with it.
+    seen: list[int] = []
+    stepper = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    stepper.start()
+    stepper.join()
+    assert seen == [2]
+    assert engine.load_report is not None and engine.load_report.threads == 2
+    record = next(r for r in caplog.records if "model load" in r.getMessage())
+    assert "2 torch threads" in record.getMessage()
+    assert record.torch_threads == 2  # type: ignore[attr-defined]
