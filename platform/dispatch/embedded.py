@@ -40,9 +40,11 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from hydrant.engine.worker.wire import SECRET_HEADER
+from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.file_directory import FileWorkerDirectory, process_alive
 from hydrant.platform.dispatch.scaler import LocalProcessScaler, local_worker_env
 from hydrant.platform.dispatch.service import PoolManager, assemble_pools
+from hydrant.platform.models.checkpoints import inspect_checkpoint
 from hydrant.platform.models.registry import ModelRegistry
 from hydrant.settings import Settings
 
@@ -130,7 +132,17 @@ class EmbeddedPools:
 
 
 def build_embedded_pools(settings: Settings) -> EmbeddedPools:
-    """A pool of one child engine per served model (`manager.start()` starts them)."""
+    """A pool of one child engine per served model (`manager.start()` starts them).
+
+    Each checkpoint is checked here first: what cannot be loaded is a usage error
+    of `hydrant serve` now, not a child that dies at load over and over.
+    """
+    for spec in settings.served_models():
+        info = inspect_checkpoint(Path(spec.path))
+        if not info.loadable:
+            raise ConfigurationError(
+                f"model {spec.name}: {spec.path} cannot be served: {'; '.join(info.problems)}"
+            )
     directory = registry_dir(settings.data_dir)
     remove_stale_registry_dirs(settings.data_dir)
     shutil.rmtree(directory, ignore_errors=True)  # a reused pid's leftovers
