@@ -16,6 +16,7 @@ the next reader does not judge it again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -45,6 +46,13 @@ def process_alive(pid: int) -> bool:
         return True
     # `pid (comm) S …`: the state follows the last parenthesis (comm may contain any).
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _remove_if_unchanged(file: Path, raw: bytes) -> None:
+    """Remove a record judged gone, unless a heartbeat replaced it since it was read."""
+    with contextlib.suppress(FileNotFoundError):
+        if file.read_bytes() == raw:
+            file.unlink(missing_ok=True)
 
 
 class FileWorkerDirectory:
@@ -79,7 +87,7 @@ class FileWorkerDirectory:
                 continue
             expired = now - record.heartbeat_at > self.ttl_s
             if expired or (record.pid and not self.alive(record.pid)):
-                file.unlink(missing_ok=True)
+                _remove_if_unchanged(file, raw)
                 continue
             live.append(record)
         return live
