@@ -162,6 +162,7 @@ def build_embedded_pools(settings: Settings) -> EmbeddedPools:
         secret,
         scaler,
     )
+    manager.embedded = True
     for served in registry.all():
         served.state = "loading"
     return EmbeddedPools(registry, manager, scaler, secret, directory)

@@ -102,6 +102,10 @@ class PoolManager:
     poll_s: float = 0.25
     idle_check_s: float = 1.0
     registry: ModelRegistry | None = None
+    # The embedded default's own engine children (dispatch.embedded), not an operator's
+    # pools: no `/admin/pools` (no swap, as with in-process engines), and preflight's
+    # pool checks do not apply.
+    embedded: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
