@@ -30,7 +30,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hydrant.engine.worker.wire import SECRET_HEADER
 from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.file_directory import FileWorkerDirectory, process_alive
+from hydrant.platform.dispatch.pool import WorkerPool
 from hydrant.platform.dispatch.scaler import LocalProcessScaler, local_worker_env
 from hydrant.platform.dispatch.service import PoolManager, assemble_pools
 from hydrant.platform.models.checkpoints import inspect_checkpoint
@@ -173,6 +174,7 @@ class _ModelWatch:
     failures: int = 0  # early deaths in a row
     restart_at: float | None = None  # monotonic: when to start the next child
     ready_logged: bool = False
+    ever_ready: bool = False
     started: float = field(default_factory=time.monotonic)
 
 
@@ -193,11 +195,12 @@ class EmbeddedSupervisor:
     registry: ModelRegistry
     scaler: LocalProcessScaler
     interval_s: float = 0.25
+    clock: Callable[[], float] = time.monotonic
     _watch: dict[str, _ModelWatch] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self._watch = {model: _ModelWatch(started=now) for model in self.manager.pools}
         self._task = asyncio.create_task(self._loop(), name="embedded-supervisor")
 
@@ -217,16 +220,17 @@ class EmbeddedSupervisor:
             await asyncio.sleep(self.interval_s)
 
     async def check(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self.scaler.reap()
         died, self.scaler.died = self.scaler.died, []
         for child in died:
-            watch = self._watch.setdefault(child.spec.model, _ModelWatch())
+            watch = self._watch.setdefault(child.spec.model, _ModelWatch(started=now))
             lived = now - child.started_at
             watch.failures = 1 if lived >= STABLE_AFTER_S else watch.failures + 1
             step = min(watch.failures - 2, len(RESTART_BACKOFF_S) - 1)
             delay = 0.0 if watch.failures == 1 else RESTART_BACKOFF_S[step]
             watch.restart_at = now + delay
+            watch.started = now + delay
             watch.ready_logged = False
             log.warning(
                 "engine process died: restarting",
@@ -237,28 +241,41 @@ class EmbeddedSupervisor:
                 },
             )
         for model, pool in self.manager.pools.items():
-            watch = self._watch.setdefault(model, _ModelWatch())
+            watch = self._watch.setdefault(model, _ModelWatch(started=now))
+            children = {c.process.pid for c in self.scaler.running(model=model)}
             if watch.restart_at is not None and now >= watch.restart_at:
                 watch.restart_at = None
-                if not self.scaler.running(model=model):
+                if not children:
                     await self.scaler.scale(pool.spec, 1)
-            served = self.registry.get(model)
-            states = {slot.record.state for slot in pool.workers.values() if not slot.retired}
-            if states & {"ready", "sleeping"}:
-                served.state = "loaded"  # readiness: servable (asleep wakes on a request)
-                if not watch.ready_logged:
-                    watch.ready_logged = True
-                    log.info(
-                        "engine process ready",
-                        extra={"model": model, "seconds": round(now - watch.started, 2)},
-                    )
-            elif watch.failures >= 2:
-                served.state = "failed"  # keeps dying: its log lines say why
-            else:
-                served.state = "loading"
-                if watch.ready_logged:
-                    watch.ready_logged = False
-                    watch.started = now
+                    children = {c.process.pid for c in self.scaler.running(model=model)}
+            self._update_state(model, pool, watch, children, now)
+
+    def _update_state(
+        self, model: str, pool: WorkerPool, watch: _ModelWatch, children: set[int], now: float
+    ) -> None:
+        served = self.registry.get(model)
+        # Only records of children running now: a dead one's lingers until the directory
+        # drops it (at the next poll), and a request sent there would only be retried.
+        states = {
+            s.record.state
+            for s in pool.workers.values()
+            if not s.retired and s.record.pid in children
+        }
+        if states & {"ready", "sleeping"}:
+            served.state = "loaded"  # readiness: servable (asleep, it wakes on a request)
+            watch.ever_ready = True
+            if not watch.ready_logged:
+                watch.ready_logged = True
+                log.info(
+                    "engine process ready",
+                    extra={"model": model, "seconds": round(now - watch.started, 2)},
+                )
+        elif not children and watch.restart_at is None and watch.ever_ready:
+            served.state = "loaded"  # the pool scaled it to zero (`exit`): a request wakes it
+        elif watch.failures >= 2:
+            served.state = "failed"  # it keeps dying: its log lines say why
+        else:
+            served.state = "loading"
 
 
 class _ChildMetricsCollector:
