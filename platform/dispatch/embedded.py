@@ -144,7 +144,7 @@ def build_embedded_pools(settings: Settings) -> EmbeddedPools:
             raise ConfigurationError(
                 f"model {spec.name}: {spec.path} cannot be served: {'; '.join(info.problems)}"
             )
-    directory = registry_dir(settings.data_dir)
+    directory = registry_dir(settings.data_dir.resolve())
     remove_stale_registry_dirs(settings.data_dir)
     shutil.rmtree(directory, ignore_errors=True)  # a reused pid's leftovers
     directory.mkdir(parents=True, exist_ok=True)
