@@ -154,6 +154,7 @@ def build_embedded_pools(settings: Settings) -> EmbeddedPools:
         log_dir=None,
         device=settings.device,
         stop_timeout_s=settings.worker_drain_timeout_s + 15,
+        track_deaths=True,
     )
     # One engine per model, as in-process: more would share the same cores.
     pooled = replace(settings, pool_start_workers=1, pool_max_workers=1)

@@ -109,11 +109,13 @@ class LocalProcessScaler:
     rolls_itself = False
     _children: list[_Child] = field(default_factory=list)
     _seq: int = 0
-    #: Children that exited unasked (a crash, a kill), kept until a supervisor takes them.
+    #: With `track_deaths`: children that exited unasked (a crash, a kill), kept until a
+    #: supervisor takes them (dispatch.embedded); pools learn of deaths from the registry.
+    track_deaths: bool = False
     died: list[_Child] = field(default_factory=list)
 
     def reap(self) -> list[_Child]:
-        """Forget exited children; those that exited unasked are added to `died`, returned."""
+        """Forget exited children; those that exited unasked are logged and returned."""
         exited = [c for c in self._children if c.process.poll() is not None]
         if exited:
             self._children = [c for c in self._children if c not in exited]
@@ -128,7 +130,8 @@ class LocalProcessScaler:
                     },
                 )
         unasked = [c for c in exited if not c.stopping]
-        self.died.extend(unasked)
+        if self.track_deaths:
+            self.died.extend(unasked)
         return unasked
 
     def running(self, spec: PoolSpec | None = None, model: str | None = None) -> list[_Child]:
