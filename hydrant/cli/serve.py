@@ -1,4 +1,10 @@
-"""`hydrant serve`: the API gateway; on the embedded default, everything in one process."""
+"""`hydrant serve`: the API gateway; on the embedded default, everything in one command.
+
+With no pools configured, the engines are this command's own: one child
+process per model by default (`HYDRANT_EMBEDDED_ENGINE=process`, so an
+engine never shares the GIL with the gateway's event loop), or threads of
+this process (`thread`).
+"""
 
 from __future__ import annotations
 
@@ -69,6 +75,7 @@ def serve(
     from hydrant.platform.app import create_app
     from hydrant.platform.auth.from_settings import check_auth_settings
     from hydrant.platform.db import migrate
+    from hydrant.platform.dispatch.embedded import build_embedded_pools
     from hydrant.platform.http.server_protocol import server_options
     from hydrant.platform.services import build_services, share_gil_with_engines
     from hydrant.runtime import load_embedded_engines
@@ -89,15 +96,34 @@ def serve(
     if settings.auto_migrate:
         migrate.upgrade(settings.effective_database_url)
     engines = None
-    if not settings.worker_pools:  # else `hydrant worker` pools, built with the services
+    children = None
+    # Else `hydrant worker` pools (HYDRANT_WORKER_POOLS), built with the services.
+    if not settings.worker_pools and settings.embedded_engine == "process":
+        children = build_embedded_pools(settings)
+        log.info(
+            "starting an engine process per model",
+            extra={"models": children.registry.names()},
+        )
+    elif not settings.worker_pools:  # HYDRANT_EMBEDDED_ENGINE=thread: in this process
         engines = load_embedded_engines(settings)
         share_gil_with_engines()  # the engines' step threads share this interpreter
-    services = build_services(
-        settings,
-        registry=engines.registry if engines is not None else None,
-        metric_registries=engines.metric_registries if engines is not None else (),
-        run_jobs=True,
-    )
+    if children is not None:
+        services = build_services(
+            settings,
+            registry=children.registry,
+            pools=children.manager,
+            metric_registries=[children.metrics_registry()],
+            run_jobs=True,
+        )
+        services.background.append(children.supervisor())
+        services.on_stop.append(children.cleanup)  # after the pools stopped the children
+    else:
+        services = build_services(
+            settings,
+            registry=engines.registry if engines is not None else None,
+            metric_registries=engines.metric_registries if engines is not None else (),
+            run_jobs=True,
+        )
     if engines is not None:
         services.on_stop.append(engines.shutdown)
     app = create_app(settings, services)

@@ -28,6 +28,13 @@ from hydrant.cli.engine_options import enforce_eager_option, kv_cache_dtype_opti
     envvar="HYDRANT_WORKER_QUANTIZATION",
     help="Quantize float weights on load.",
 )
+@click.option(
+    "--parent-pid",
+    type=int,
+    envvar="HYDRANT_WORKER_PARENT_PID",
+    hidden=True,  # set by `hydrant serve` for the engine children it starts itself
+    help="Drain and exit when this process (the gateway that started us) is gone.",
+)
 @kv_cache_dtype_option
 @enforce_eager_option
 @pass_context
@@ -39,6 +46,7 @@ def worker(
     host: str,
     port: int,
     quantization: str | None,
+    parent_pid: int | None,
     kv_cache_dtype: str | None,
     enforce_eager: bool | None,
 ) -> None:
@@ -46,10 +54,11 @@ def worker(
 
     The gateway dispatches to pools of these processes; they scale to zero
     and wake with weights kept warm in host memory. Needs HYDRANT_REDIS_URL
-    and HYDRANT_WORKER_SECRET (the gateway's). SIGTERM drains, then exits 0.
+    (or HYDRANT_WORKER_REGISTRY_DIR, a gateway on this machine) and
+    HYDRANT_WORKER_SECRET (the gateway's). SIGTERM drains, then exits 0.
     """
     settings = cli.settings()
-    if not settings.redis_url:
+    if not settings.redis_url and settings.worker_registry_dir is None:
         raise click.UsageError("a worker registers in Redis: set HYDRANT_REDIS_URL")
     if not settings.worker_secret:
         raise click.UsageError("set HYDRANT_WORKER_SECRET (the secret the gateway sends)")
@@ -62,6 +71,7 @@ def worker(
         raise click.UsageError(f"{model_path} is not a checkpoint directory (no config.json)")
 
     from hydrant.engine.worker.process import run_worker
+    from hydrant.engine.worker.registration import RegistryTarget
     from hydrant.engine.worker.runtime import WorkerOptions
 
     options = WorkerOptions(
@@ -86,11 +96,16 @@ def worker(
         drain_timeout_s=settings.worker_drain_timeout_s,
         keepalive_s=settings.worker_keepalive_s,
     )
+    registry = RegistryTarget(
+        redis_url=settings.redis_url,
+        prefix=settings.worker_registry_prefix,
+        directory=settings.worker_registry_dir,
+    )
     code = run_worker(
         options,
-        settings.redis_url,
-        settings.worker_registry_prefix,
+        registry,
         settings.worker_heartbeat_s,
         settings.worker_heartbeat_ttl_s,
+        parent_pid=parent_pid,
     )
     raise SystemExit(code)

@@ -10,6 +10,7 @@ the TTL plus one poll.
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 import msgspec
 import redis.asyncio as aioredis
@@ -23,6 +24,17 @@ from hydrant.engine.worker.wire import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class WorkerSource(Protocol):
+    """What a gateway reads the registry through: Redis here, or a directory
+    (file_directory.py, the embedded default's engine children)."""
+
+    async def workers(self, model: str) -> list[WorkerRecord]: ...
+
+    async def models(self) -> list[str]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class WorkerDirectory:

@@ -11,11 +11,13 @@ readiness, the registry does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -83,8 +85,9 @@ class NoScaler:
 class _Child:
     spec: PoolSpec
     process: subprocess.Popen[bytes]
-    log_path: Path
+    log_path: Path | None  # None: it writes to the gateway's own stderr
     stopping: bool = False
+    started_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -95,18 +98,44 @@ class LocalProcessScaler:
     heartbeat), not by inheriting whatever the gateway was started with, and
     run in their own session so a Ctrl-C at the gateway's terminal does not
     kill them mid-drain: the gateway stops them with SIGTERM on shutdown.
+    `log_dir` None: the children write to the gateway's stderr (the embedded
+    default, whose one serve log shows its engine loading).
     """
 
     env: dict[str, str]
-    log_dir: Path
+    log_dir: Path | None
     device: str = "cpu"
     stop_timeout_s: float = 60.0
     rolls_itself = False
     _children: list[_Child] = field(default_factory=list)
     _seq: int = 0
+    #: With `track_deaths`: children that exited unasked (a crash, a kill), kept until a
+    #: supervisor takes them (dispatch.embedded); pools learn of deaths from the registry.
+    track_deaths: bool = False
+    died: list[_Child] = field(default_factory=list)
+
+    def reap(self) -> list[_Child]:
+        """Forget exited children; those that exited unasked are logged and returned."""
+        exited = [c for c in self._children if c.process.poll() is not None]
+        if exited:
+            self._children = [c for c in self._children if c not in exited]
+        for child in exited:
+            if not child.stopping:
+                log.warning(
+                    "worker process exited",
+                    extra={
+                        "model": child.spec.model,
+                        "pid": child.process.pid,
+                        "exit_code": child.process.returncode,
+                    },
+                )
+        unasked = [c for c in exited if not c.stopping]
+        if self.track_deaths:
+            self.died.extend(unasked)
+        return unasked
 
     def running(self, spec: PoolSpec | None = None, model: str | None = None) -> list[_Child]:
-        self._children = [c for c in self._children if c.process.poll() is None]
+        self.reap()
         return [
             c
             for c in self._children
@@ -134,9 +163,11 @@ class LocalProcessScaler:
                 self._terminate(child)
 
     def _spawn(self, spec: PoolSpec) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         self._seq += 1
-        log_path = self.log_dir / f"worker-{spec.model}-{os.getpid()}-{self._seq}.log"
+        log_path = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"worker-{spec.model}-{os.getpid()}-{self._seq}.log"
         command = [
             sys.executable,
             "-m",
@@ -153,13 +184,14 @@ class LocalProcessScaler:
         ]
         if spec.quantization:
             command += ["--quantization", spec.quantization]
-        with open(log_path, "ab") as out:
+        with contextlib.ExitStack() as files:
+            out = files.enter_context(open(log_path, "ab")) if log_path is not None else None
             process = subprocess.Popen(  # noqa: S603  # our own executable and arguments
                 command,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.STDOUT if out is not None else None,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.errors import ConfigurationError
-from hydrant.platform.dispatch.directory import WorkerDirectory
+from hydrant.platform.dispatch.directory import WorkerDirectory, WorkerSource
 from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
 from hydrant.platform.dispatch.pool import PoolClient, PoolOptions, WorkerPool
 from hydrant.platform.dispatch.routing import BLOCK_SIZE
@@ -93,7 +93,7 @@ def pool_options(settings: Settings) -> PoolOptions:
 
 @dataclass
 class PoolManager:
-    directory: WorkerDirectory
+    directory: WorkerSource
     http: WorkerHttp
     scaler: Scaler
     metrics: PoolMetrics
@@ -102,6 +102,10 @@ class PoolManager:
     poll_s: float = 0.25
     idle_check_s: float = 1.0
     registry: ModelRegistry | None = None
+    # The embedded default's own engine children (dispatch.embedded), not an operator's
+    # pools: no `/admin/pools` (no swap, as with in-process engines), and preflight's
+    # pool checks do not apply.
+    embedded: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -203,16 +207,28 @@ def build_pools(
         )
     if settings.worker_max_streams < 1:
         raise ConfigurationError("HYDRANT_WORKER_MAX_STREAMS must be at least 1")
-    http = WorkerHttp(
+    return assemble_pools(
+        settings,
+        WorkerDirectory.from_url(settings.redis_url, settings.worker_registry_prefix),
         settings.worker_secret,
+        scaler or make_scaler(settings),
+    )
+
+
+def assemble_pools(
+    settings: Settings, directory: WorkerSource, secret: str, scaler: Scaler
+) -> tuple[ModelRegistry, PoolManager]:
+    """The pools of `settings.served_models()`, read from `directory`, started by `scaler`."""
+    http = WorkerHttp(
+        secret,
         stream_idle_timeout_s=settings.worker_stream_idle_timeout_s,
         max_streams_per_worker=settings.worker_max_streams,
     )
     metrics = PoolMetrics()
     manager = PoolManager(
-        directory=WorkerDirectory.from_url(settings.redis_url, settings.worker_registry_prefix),
+        directory=directory,
         http=http,
-        scaler=scaler or make_scaler(settings),
+        scaler=scaler,
         metrics=metrics,
         start_workers=settings.pool_start_workers,
         poll_s=max(0.1, min(1.0, settings.worker_heartbeat_s / 2)),

@@ -82,6 +82,8 @@ def _model_check(spec: ModelSpec, runtime: ModelRuntime | None) -> CheckResult:
         return CheckResult(name, True, "loaded")
     if state == "failed":
         return CheckResult(name, False, "failed to load (see the server log)")
+    if state == "loading":  # the embedded default's engine process is starting
+        return CheckResult(name, False, "loading")
     info = inspect_checkpoint(spec.path)
     if not info.loadable:
         return CheckResult(name, False, "; ".join(info.problems))

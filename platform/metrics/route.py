@@ -72,11 +72,13 @@ def metrics_route(
     """A `/metrics` handler over `registries` (read at each scrape, so they may keep filling)."""
     chosen = registries  # read at each scrape: a list passed in may still grow
 
+    # In a thread: a registry may scrape another process (the embedded default's engine
+    # children, hydrant.platform.dispatch.embedded), which must not block the event loop.
     @get(
         "/metrics",
         guards=list(guards),
         include_in_schema=False,
-        sync_to_thread=False,
+        sync_to_thread=True,
         media_type=_MEDIA_TYPE,
     )
     def metrics() -> Response[bytes]:
