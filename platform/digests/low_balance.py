@@ -60,7 +60,14 @@ class LowBalanceAlerts:
             )
         claimed: list[str] = []
         for tenant_id in sorted(active):
-            claimed += await self.check_tenant(tenant_id, moment)
+            try:
+                claimed += await self.check_tenant(tenant_id, moment)
+            except Exception:  # one tenant's failure must not silence the others' alerts
+                log.warning(
+                    "low-balance check failed; the next check retries it",
+                    extra={"tenant_id": tenant_id},
+                    exc_info=True,
+                )
         async with self.database.session() as session:
             stale = await session.scalars(
                 select(CreditAlertSend.id).where(

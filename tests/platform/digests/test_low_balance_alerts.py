@@ -160,3 +160,26 @@ async def test_unsubscribed_recipients_get_no_alert_and_a_failed_mail_is_retried
     await s.check()
     assert [x[3] for x in await sends(db)] == ["sent"] and smtp.inbox.count() == 1
     assert smtp.inbox.to("cfo@acme.test") == []
+
+
+async def test_an_expiring_grant_crosses_with_no_settlement(
+    db: Database, smtp: SmtpServer, data_dir: Path
+) -> None:
+    s = await setup(db, smtp, data_dir, "5.5")
+    async with db.session() as session:  # 3.00 more, expiring in an hour: 8.00 in all
+        session.add(
+            CreditGrant(
+                tenant_id=s.world.tenant_id,
+                kind="promo",
+                amount=Decimal(3),
+                created_at=NOW - timedelta(days=1),
+                expires_at=NOW + timedelta(hours=1),
+            )
+        )
+    await s.spend(2)  # 1.20 spent, promo first: 6.80 left (1.80 of it expiring)
+    await s.check()
+    assert smtp.inbox.count() == 0
+    s.clock[0] = NOW + timedelta(hours=2)  # the promo lapsed: 5.00, no request made
+    await s.check()
+    assert [x[:3] for x in await sends(db)] == [("5.5", 1, "5.000000")]
+    assert smtp.inbox.count() == 1
