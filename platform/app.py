@@ -53,6 +53,7 @@ from hydrant.platform.keys.controllers import AccountKeysController, KeyAdminCon
 from hydrant.platform.metrics import bearer_token_guard, metrics_route
 from hydrant.platform.prices.controllers import PriceBookController
 from hydrant.platform.reports.controllers import CostReportController, UsageController
+from hydrant.platform.reports.organization_api import OrganizationUsageController
 from hydrant.platform.services import Services, build_services
 from hydrant.platform.tenants.controllers import (
     AccountController,
@@ -90,6 +91,7 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         AccountBalanceController,
         CostReportController,
         UsageController,
+        OrganizationUsageController,  # OpenAI's /v1/organization usage and costs (admin keys)
         DigestAdminController,  # /admin/tenants/{id}/digest
         StuckDigestController,
         UnsubscribeController,  # /digests/unsubscribe (a signed link, no key)

@@ -21,6 +21,9 @@ from hydrant.platform.reports.tasks import TASKS as REPORT_TASKS
 PERIODIC: tuple[Periodic, ...] = (
     Periodic("daily-digests", "hydrant.digests.dispatch", 300.0),
     Periodic("budget-alerts", "hydrant.budgets.check", 300.0),
+    # Every minute: a crossing is mailed within a minute (digests/low_balance.py says why
+    # a periodic check and not the settlement); it reads only tenants with thresholds.
+    Periodic("low-balance-alerts", "hydrant.credits.check_low_balance", 60.0),
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
     Periodic("files-purge", "hydrant.files.purge", 3600.0),

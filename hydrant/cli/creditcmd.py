@@ -1,4 +1,4 @@
-"""`hydrant credits grant|void|list`: a tenant's prepaid credits, at the console.
+"""`hydrant credits grant|void|list|alerts`: a tenant's prepaid credits, at the console.
 
 The same `CreditService` as `/admin/tenants/{id}/credits`, as the console principal.
 Amounts are decimal strings (`12.50`), never floats. A tenant is named by id or name,
@@ -108,3 +108,47 @@ def credits_list(cli: CliContext, tenant: str, as_json: bool) -> None:
         return
     _emit(balance.grants, GRANT_COLUMNS, False)
     click.echo(f"available\t{balance.available}\t{balance.currency}")
+
+
+@credits_group.command("alerts")
+@click.argument("tenant")
+@click.option(
+    "--set",
+    "amounts",
+    multiple=True,
+    help="A low-balance threshold (decimal, the credits' currency); repeat for several.",
+)
+@click.option("--clear", is_flag=True, help="Remove every threshold (no low-balance mail).")
+@json_option
+@pass_context
+def credits_alerts(
+    cli: CliContext, tenant: str, amounts: tuple[str, ...], clear: bool, as_json: bool
+) -> None:
+    """TENANT's low-balance alert thresholds: shown, or replaced with --set/--clear.
+
+    Each is mailed to the tenant's digest recipients once each time the balance falls
+    under it, and re-armed once the balance is back at or above it (a new grant)."""
+    from hydrant.platform.credits.schemas import AlertThresholdsUpdate, AlertThresholdsView
+    from hydrant.platform.prices.decimal_text import parse_decimal
+
+    if clear and amounts:
+        raise click.UsageError("--set and --clear exclude each other")
+
+    async def work(s: AdminServices) -> AlertThresholdsView:
+        row = await s.tenants.find(s.principal, tenant)
+        if amounts or clear:
+            body = msgspec.convert({"thresholds": list(amounts)}, AlertThresholdsUpdate)
+            values = [
+                parse_decimal(a, param="thresholds", places=6, integer_digits=10, positive=True)
+                for a in body.thresholds
+            ]
+            currency, rows = await s.credits.set_alert_thresholds(s.principal, row.id, values)
+        else:
+            currency, rows = await s.credits.alert_thresholds(s.principal, row.id)
+        return AlertThresholdsView.of(row.id, currency, rows)
+
+    view = _run(cli, work)
+    if as_json:
+        click.echo(msgspec.json.encode(view).decode())
+        return
+    _emit(view.thresholds, ("amount", "below", "crossings"), False)

@@ -1,8 +1,9 @@
-"""Routes: `/admin/tenants/{id}/credits` (grant, list, void) and `/account/balance`."""
+"""Routes: `/admin/tenants/{id}/credits` (grant, list, void, low-balance alert thresholds)
+and `/account/balance`."""
 
 from __future__ import annotations
 
-from litestar import Controller, get, post
+from litestar import Controller, get, post, put
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody
 
@@ -13,7 +14,13 @@ from hydrant.platform.auth.dependencies import (
 )
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.credits.deps import provide_credit_service
-from hydrant.platform.credits.schemas import BalanceView, GrantCreate, GrantView
+from hydrant.platform.credits.schemas import (
+    AlertThresholdsUpdate,
+    AlertThresholdsView,
+    BalanceView,
+    GrantCreate,
+    GrantView,
+)
 from hydrant.platform.credits.service import CreditService
 from hydrant.platform.prices.decimal_text import parse_decimal
 
@@ -66,6 +73,31 @@ class CreditAdminController(Controller):
         credit_service: NamedDependency[CreditService],
     ) -> GrantView:
         return GrantView.of(*await credit_service.void(principal, tenant_id, grant_id))
+
+    @get("/alerts")
+    async def get_alert_thresholds(
+        self,
+        tenant_id: FromPath[str],
+        principal: NamedDependency[Principal],
+        credit_service: NamedDependency[CreditService],
+    ) -> AlertThresholdsView:
+        currency, rows = await credit_service.alert_thresholds(principal, tenant_id)
+        return AlertThresholdsView.of(tenant_id, currency, rows)
+
+    @put("/alerts")
+    async def set_alert_thresholds(
+        self,
+        tenant_id: FromPath[str],
+        data: JSONBody[AlertThresholdsUpdate],
+        principal: NamedDependency[Principal],
+        credit_service: NamedDependency[CreditService],
+    ) -> AlertThresholdsView:
+        amounts = [
+            parse_decimal(a, param="thresholds", places=6, integer_digits=10, positive=True)
+            for a in data.thresholds
+        ]
+        currency, rows = await credit_service.set_alert_thresholds(principal, tenant_id, amounts)
+        return AlertThresholdsView.of(tenant_id, currency, rows)
 
 
 class AccountBalanceController(Controller):

@@ -11,6 +11,7 @@ from msgspec import Meta, Struct
 
 from hydrant.platform.credits.repository import GrantRow
 from hydrant.platform.credits.service import Balance
+from hydrant.platform.db.credit_models import CreditAlertThreshold
 from hydrant.platform.prices.decimal_text import DecimalText, format_decimal
 
 Currency = Annotated[str, Meta(pattern=r"^[A-Za-z]{3}$")]
@@ -71,4 +72,39 @@ class BalanceView(Struct, kw_only=True):
             currency=balance.currency,
             available=format_decimal(balance.available),
             grants=[GrantView.of(row, left) for row, left in balance.grants],
+        )
+
+
+class AlertThresholdsUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
+    """Low-balance thresholds as absolute amounts (decimal strings) in the credits'
+    currency; each is mailed once each time the balance falls under it."""
+
+    thresholds: Annotated[list[DecimalText], Meta(max_length=10)]
+
+
+class AlertThresholdView(Struct, kw_only=True):
+    amount: str
+    below: bool  # the balance is under it now (mailed; re-armed once back above)
+    crossings: int  # how many times the balance fell under it (one mail each)
+
+
+class AlertThresholdsView(Struct, kw_only=True):
+    object: Literal["credit_alert_thresholds"] = "credit_alert_thresholds"
+    tenant_id: str
+    currency: str
+    thresholds: list[AlertThresholdView]
+
+    @classmethod
+    def of(
+        cls, tenant_id: str, currency: str, rows: list[CreditAlertThreshold]
+    ) -> AlertThresholdsView:
+        return cls(
+            tenant_id=tenant_id,
+            currency=currency,
+            thresholds=[
+                AlertThresholdView(
+                    amount=format_decimal(r.amount), below=r.below, crossings=r.crossings
+                )
+                for r in rows
+            ],
         )

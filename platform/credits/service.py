@@ -28,10 +28,12 @@ from hydrant.platform.auth.principal import Principal
 from hydrant.platform.billing.money import round_money
 from hydrant.platform.credits import repository
 from hydrant.platform.credits.allocation import GrantFunds, allocate
+from hydrant.platform.credits.low_balance import MAX_THRESHOLDS, replace_thresholds, thresholds_of
 from hydrant.platform.credits.repository import GrantRow
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.credit_models import (
     CREDIT_KINDS,
+    CreditAlertThreshold,
     CreditApplication,
     CreditGrant,
     CreditSettlement,
@@ -256,6 +258,33 @@ class CreditService:
             available=standing.balance,
             grants=[(row, remaining(row, now)) for row in rows],
         )
+
+    async def alert_thresholds(
+        self, principal: Principal, tenant_id: str
+    ) -> tuple[str, list[CreditAlertThreshold]]:
+        """The tenant's low-balance thresholds, highest first, and its credits' currency."""
+        tenant = await self._tenant(principal, tenant_id)
+        rows = await repository.grants_with_use(self._session, tenant)
+        currency = rows[0].grant.currency if rows else DEFAULT_CURRENCY
+        return currency, await thresholds_of(self._session, tenant)
+
+    async def set_alert_thresholds(
+        self, principal: Principal, tenant_id: str, amounts: Sequence[Decimal]
+    ) -> tuple[str, list[CreditAlertThreshold]]:
+        """Replace the tenant's thresholds (an empty list turns the alerts off)."""
+        tenant = await self._tenant(principal, tenant_id)
+        if len(set(amounts)) > MAX_THRESHOLDS:
+            raise InvalidRequest(
+                f"at most {MAX_THRESHOLDS} thresholds per tenant", param="thresholds"
+            )
+        for amount in amounts:
+            if amount <= 0 or amount > MAX_GRANT or round_money(amount) != amount:
+                raise InvalidRequest(
+                    "each threshold must be positive, at most 1e9, with at most 6 decimals",
+                    param="thresholds",
+                )
+        await replace_thresholds(self._session, tenant, [a.normalize() for a in amounts])
+        return await self.alert_thresholds(principal, tenant)
 
 
 class CreditBook:

@@ -11,7 +11,15 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hydrant.platform.db.base import MONEY, Base, UTCDateTime, new_id, utcnow
@@ -82,4 +90,53 @@ class CreditApplication(Base):
         UniqueConstraint("request_id", "grant_id"),
         Index(None, "tenant_id"),
         Index(None, "grant_id"),
+    )
+
+
+class CreditAlertThreshold(Base):
+    """A low-balance alert level of a tenant: an absolute amount in its credits' currency.
+
+    `below` is the crossing state and `crossings` counts them: a check that sees the
+    balance under `amount` while `below` is false flips it with a conditional UPDATE
+    (only one concurrent checker can) and claims the mail for crossing number
+    `crossings`; the balance back at or above `amount` (a new grant) re-arms it."""
+
+    __tablename__ = "credit_alert_thresholds"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("ca"))
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    amount: Mapped[Decimal] = mapped_column(MONEY)
+    below: Mapped[bool] = mapped_column(Boolean, default=False)
+    crossings: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    __table_args__ = (
+        CheckConstraint("amount > 0", name="amount"),
+        UniqueConstraint("tenant_id", "amount"),
+    )
+
+
+class CreditAlertSend(Base):
+    """One low-balance mail: unique per (threshold, crossing), the database's idempotency
+    key, so two checkers (or one job delivered twice) can never mail a crossing twice.
+    `pending` -> `sending` -> `sent` as the budget alerts (digests/alerts.py)."""
+
+    __tablename__ = "credit_alert_sends"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("cas"))
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    threshold_id: Mapped[str] = mapped_column(
+        ForeignKey("credit_alert_thresholds.id", ondelete="CASCADE")
+    )
+    crossing: Mapped[int] = mapped_column(Integer)
+    amount: Mapped[Decimal] = mapped_column(MONEY)
+    balance: Mapped[Decimal] = mapped_column(MONEY)
+    currency: Mapped[str] = mapped_column(String(3), default="USD")
+    status: Mapped[str] = mapped_column(String(10), default="pending")
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("threshold_id", "crossing"),
+        Index(None, "status", "claimed_at"),
     )

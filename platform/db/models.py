@@ -375,7 +375,9 @@ from hydrant.platform.db.batch_models import BatchLine as BatchLine  # noqa: E40
 from hydrant.platform.db.batch_models import FileBlob as FileBlob  # noqa: E402
 from hydrant.platform.db.batch_models import StoredFile as StoredFile  # noqa: E402
 
-# --- Prepaid credits (issue #26): grants and their applications (db/credit_models.py) -----
+# --- Prepaid credits (issue #26): grants, applications, low-balance alerts (credit_models) -
+from hydrant.platform.db.credit_models import CreditAlertSend as CreditAlertSend  # noqa: E402
+from hydrant.platform.db.credit_models import CreditAlertThreshold as CreditAlertThreshold  # noqa: E402
 from hydrant.platform.db.credit_models import CreditApplication as CreditApplication  # noqa: E402
 from hydrant.platform.db.credit_models import CreditGrant as CreditGrant  # noqa: E402
 from hydrant.platform.db.credit_models import CreditSettlement as CreditSettlement  # noqa: E402

@@ -12,6 +12,7 @@ from litestar.di import NamedDependency
 from hydrant.platform.auth.service import Authenticator
 from hydrant.platform.db.session import Database
 from hydrant.platform.digests.alerts import BudgetAlerts
+from hydrant.platform.digests.low_balance import LowBalanceAlerts
 from hydrant.platform.digests.service import DigestService
 from hydrant.platform.jobs.context import JobContext
 from hydrant.platform.mail.mailer import Mailer
@@ -34,3 +35,7 @@ def digest_service(ctx: JobContext) -> DigestService:
 
 def budget_alerts(ctx: JobContext) -> BudgetAlerts:
     return BudgetAlerts(digest_service(ctx), ctx.enqueue)
+
+
+def low_balance_alerts(ctx: JobContext) -> LowBalanceAlerts:
+    return LowBalanceAlerts(digest_service(ctx), ctx.enqueue)

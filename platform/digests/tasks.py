@@ -1,4 +1,5 @@
-"""Thin job wrappers around the digest and budget-alert services (Celery or embedded)."""
+"""Thin job wrappers around the digest, budget-alert and low-balance-alert services
+(Celery or embedded)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 from datetime import date
 from typing import Any
 
-from hydrant.platform.digests.deps import budget_alerts, digest_service
+from hydrant.platform.digests.deps import budget_alerts, digest_service, low_balance_alerts
 from hydrant.platform.jobs.context import Job, JobContext
 
 log = logging.getLogger(__name__)
@@ -16,6 +17,8 @@ SEND_TENANT = "hydrant.digests.send_tenant"
 SEND_ADMIN = "hydrant.digests.send_admin"
 CHECK_BUDGETS = "hydrant.budgets.check"
 SEND_ALERT = "hydrant.budgets.send_alert"
+CHECK_LOW_BALANCE = "hydrant.credits.check_low_balance"
+SEND_LOW_BALANCE = "hydrant.credits.send_low_balance"
 
 
 async def dispatch_digests(ctx: JobContext) -> dict[str, Any]:
@@ -58,10 +61,20 @@ async def send_budget_alert(ctx: JobContext, alert_id: str) -> dict[str, Any]:
     return {"sent": await budget_alerts(ctx).send(alert_id)}
 
 
+async def check_low_balance(ctx: JobContext) -> dict[str, Any]:
+    return {"claimed": len(await low_balance_alerts(ctx).check())}
+
+
+async def send_low_balance(ctx: JobContext, alert_id: str) -> dict[str, Any]:
+    return {"sent": await low_balance_alerts(ctx).send(alert_id)}
+
+
 TASKS = (
     Job(DISPATCH, dispatch_digests),
     Job(SEND_TENANT, send_tenant_digest),
     Job(SEND_ADMIN, send_admin_digest),
     Job(CHECK_BUDGETS, check_budgets),
     Job(SEND_ALERT, send_budget_alert),
+    Job(CHECK_LOW_BALANCE, check_low_balance),
+    Job(SEND_LOW_BALANCE, send_low_balance),
 )

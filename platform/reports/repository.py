@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
@@ -35,10 +35,16 @@ from hydrant.platform.auth.principal import Principal
 from hydrant.platform.auth.scoping import scope_to
 from hydrant.platform.billing.money import STORAGE_PLACES
 from hydrant.platform.db.models import LedgerEntry, ModelDeployment
-from hydrant.platform.reports.query import Bucket, ReportQuery
+from hydrant.platform.reports.query import ReportQuery
 
 SECONDS_PLACES = 9  # the scale of `device_seconds` (NUMERIC(20, 9))
-_SQLITE_FORMATS: dict[Bucket, str] = {"day": "%Y-%m-%d 00:00:00", "hour": "%Y-%m-%d %H:00:00"}
+# `minute` only for the organization usage API's `1m` buckets (organization.py).
+Truncation = Literal["day", "hour", "minute"]
+_SQLITE_FORMATS: dict[Truncation, str] = {
+    "day": "%Y-%m-%d 00:00:00",
+    "hour": "%Y-%m-%d %H:00:00",
+    "minute": "%Y-%m-%d %H:%M:00",
+}
 
 
 class UnsupportedDatabase(RuntimeError):
@@ -72,7 +78,7 @@ def _dialect(session: AsyncSession) -> str:
     return session.bind.dialect.name if session.bind is not None else "sqlite"
 
 
-def bucket_of(dialect: str, unit: Bucket) -> ColumnElement[Any]:
+def bucket_of(dialect: str, unit: Truncation) -> ColumnElement[Any]:
     """The start of the UTC day or hour of `finished_at`, as each backend computes it.
 
     The constants are inlined (not bound) so the SELECT and GROUP BY expressions
@@ -93,6 +99,16 @@ def exact_sum(dialect: str, column: Any, places: int) -> ColumnElement[Any]:
         return func.coalesce(func.sum(column), 0)
     scaled = cast(func.round(column * (10**places)), BigInteger)
     return func.coalesce(func.sum(scaled), 0)
+
+
+def exact_value(value: Any, dialect: str, places: int) -> Decimal:
+    """The Decimal of an `exact_sum` result (micro-units on SQLite, NUMERIC on PostgreSQL)."""
+    return _decimal(value, dialect, places)
+
+
+def bucket_value(value: Any) -> datetime:
+    """The aware UTC datetime of a `bucket_of` result."""
+    return _bucket_value(value)
 
 
 def _decimal(value: Any, dialect: str, places: int) -> Decimal:

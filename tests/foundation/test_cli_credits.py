@@ -1,4 +1,4 @@
-"""`hydrant credits grant|void|list` through click against a SQLite data directory."""
+"""`hydrant credits grant|void|list|alerts` through click against a SQLite data directory."""
 
 from __future__ import annotations
 
@@ -71,3 +71,17 @@ def test_bad_input_is_a_clear_error(run: Callable[..., Result]) -> None:
         result = run(*args, ok=False)
         assert result.exit_code != 0, args
         assert "Traceback" not in result.output, (args, result.output)
+
+
+def test_low_balance_thresholds(run: Callable[..., Result]) -> None:
+    run("tenants", "create", "acme")
+    assert run("credits", "alerts", "acme").stdout.splitlines() == ["amount\tbelow\tcrossings"]
+    run("credits", "alerts", "acme", "--set", "5", "--set", "20.5")
+    shown = json.loads(run("credits", "alerts", "acme", "--json").stdout)
+    assert [t["amount"] for t in shown["thresholds"]] == ["20.500000", "5.000000"]
+    assert shown["currency"] == "USD"
+    for bad in (("--set", "-3"), ("--set", "x"), ("--set", "1", "--clear")):
+        result = run("credits", "alerts", "acme", *bad, ok=False)
+        assert result.exit_code != 0 and "Traceback" not in result.output, (bad, result.output)
+    run("credits", "alerts", "acme", "--clear")
+    assert json.loads(run("credits", "alerts", "acme", "--json").stdout)["thresholds"] == []

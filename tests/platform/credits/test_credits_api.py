@@ -179,3 +179,22 @@ async def test_concurrent_payers_pay_each_entry_once(cp: ControlPlane) -> None:
         )
     )
     assert Decimal(applied) == 20 * Decimal("0.123457")
+
+
+async def test_low_balance_thresholds_are_set_and_read_by_admins_only(cp: ControlPlane) -> None:
+    tenant, secret = await cp.tenant_with_key("acme")
+    path = f"/admin/tenants/{tenant['id']}/credits/alerts"
+    empty = await cp.client.get(path, headers=cp.admin)
+    assert empty.status_code == 200 and empty.json()["thresholds"] == []
+    put = await cp.client.put(path, json={"thresholds": ["10", "2.5"]}, headers=cp.admin)
+    assert put.status_code == 200, put.text
+    assert [t["amount"] for t in put.json()["thresholds"]] == ["10.000000", "2.500000"]
+    assert put.json()["thresholds"][0] == {"amount": "10.000000", "below": False, "crossings": 0}
+    again = await cp.client.get(path, headers=cp.admin)
+    assert again.json() == put.json()
+    for bad in (["-1"], ["0"], ["1.1234567"], [1.5], ["1"] * 11):
+        refused = await cp.client.put(path, json={"thresholds": bad}, headers=cp.admin)
+        assert refused.status_code == 400, (bad, refused.text)
+    assert (await cp.client.get(path, headers=bearer(secret))).status_code in (401, 403)
+    cleared = await cp.client.put(path, json={"thresholds": []}, headers=cp.admin)
+    assert cleared.json()["thresholds"] == []

@@ -64,6 +64,7 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
     assert {p.job for p in jobs.periodic} == {
         "hydrant.digests.dispatch",
         "hydrant.budgets.check",
+        "hydrant.credits.check_low_balance",
         "hydrant.ledger.rollup",
         "hydrant.responses.purge",
         "hydrant.files.purge",
