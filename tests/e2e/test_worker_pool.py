@@ -187,10 +187,12 @@ def test_sigterm_drains_a_worker_without_failing_a_request(
             victim_address = victim.address(redis_url, prefix)
             assert victim_address is not None
             # Each prompt's prefix picks its worker (rendezvous over 2): of 10, one or none
-            # landed on the victim 1 % of the time (a CI flake); of 16, 0.03 %.
+            # landed on the victim 1 % of the time (a CI flake); of 16, 0.03 %. Each runs 400
+            # tokens, so they are still in flight when polled, however fast the engine steps.
             with ThreadPoolExecutor(24) as pool:
                 first = [
-                    pool.submit(stream_chat, server.base_url, key, prompt(i), 60) for i in range(16)
+                    pool.submit(stream_chat, server.base_url, key, prompt(i), 400)
+                    for i in range(16)
                 ]
                 wait_until(lambda: inflight(victim_address) >= 2, 60, "requests on the victim")
                 victim.process.send_signal(signal.SIGTERM)
