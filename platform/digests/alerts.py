@@ -2,31 +2,25 @@
 
 Each alert goes once per (tenant, budget, period, threshold): the periodic
 check claims it with a unique row and, after that row is committed, enqueues
-the job that mails it (enqueue-after-commit). The mailing job moves the row
-from `pending` to `sending` with a conditional UPDATE, so a job delivered
-twice mails once; a failed send puts it back to `pending`, and the next
-check re-enqueues pending alerts older than a minute (a lost enqueue is
-retried, never dropped).
+the job that mails it (enqueue-after-commit); the mail path from there
+(`pending` -> `sending` -> `sent`, retried, never dropped) is alert_mail.py's.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from hydrant.platform.db.base import utcnow
-from hydrant.platform.db.models import BudgetAlertSend, Tenant
+from hydrant.platform.db.models import BudgetAlertSend
 from hydrant.platform.db.session import Database
 from hydrant.platform.digests import repository
+from hydrant.platform.digests.alert_mail import deliver, requeue_stale, take
 from hydrant.platform.digests.budgets import BudgetUse, budget_uses
-from hydrant.platform.digests.render import build_message, render
 from hydrant.platform.digests.service import DigestService
 from hydrant.platform.jobs.after_commit import Enqueue, enqueue_after_commit
-from hydrant.platform.mail.mailer import MailError
 from hydrant.platform.reports.service import ReportService
 from hydrant.platform.tenants.repository import plan_of
 
@@ -34,7 +28,6 @@ log = logging.getLogger(__name__)
 
 THRESHOLDS = (80, 100)
 SEND_JOB = "hydrant.budgets.send_alert"
-RESEND_AFTER = timedelta(minutes=1)
 
 
 class BudgetAlerts:
@@ -74,31 +67,15 @@ class BudgetAlerts:
                             continue  # sent (or claimed) earlier in this period
                         claimed.append(alert.id)
                         enqueue_after_commit(session, self.enqueue, SEND_JOB, alert_id=alert.id)
-            stale = await session.scalars(
-                select(BudgetAlertSend.id).where(
-                    BudgetAlertSend.status == "pending",
-                    BudgetAlertSend.claimed_at < moment - RESEND_AFTER,
-                )
-            )
-            for alert_id in stale.all():
-                enqueue_after_commit(session, self.enqueue, SEND_JOB, alert_id=alert_id)
+            await requeue_stale(session, BudgetAlertSend, self.enqueue, SEND_JOB, moment)
         return claimed
 
     async def send(self, alert_id: str) -> bool:
         """Mail one claimed alert; False when another run has it or it was sent already."""
-        async with self.database.session() as session:
-            taken = await session.execute(
-                update(BudgetAlertSend)
-                .where(BudgetAlertSend.id == alert_id, BudgetAlertSend.status == "pending")
-                .values(status="sending")
-            )
-            if taken.rowcount != 1:  # type: ignore[attr-defined]
-                return False
-            alert = await session.get(BudgetAlertSend, alert_id)
-            assert alert is not None
-            tenant = await session.get(Tenant, alert.tenant_id)
-            assert tenant is not None
-            recipients = await self.digests.recipients_for(session, tenant)
+        taken = await take(self.digests, BudgetAlertSend, alert_id)
+        if taken is None:
+            return False
+        alert, tenant, recipients = taken
         use = BudgetUse(
             budget=alert.budget,
             unit="tokens" if alert.budget.startswith("tokens") else "spend",
@@ -106,41 +83,18 @@ class BudgetAlerts:
             used=Decimal(alert.used),
             limit=Decimal(alert.limit),
         )
-        try:
-            for recipient in recipients:
-                url = self.digests.unsubscribe_url(tenant.id, recipient)
-                rendered = render(
-                    "budget_alert",
-                    f"Hydrant: {tenant.name} reached {alert.threshold}% of {use.label.lower()}",
-                    None,
-                    tenant_name=tenant.name,
-                    use=use,
-                    threshold=alert.threshold,
-                    unsubscribe_url=url,
-                )
-                await self.digests.mailer.send(
-                    build_message(
-                        rendered,
-                        sender=self.digests.settings.digest_from,
-                        recipient=recipient,
-                        message_key=f"alert|{alert.id}",
-                        unsubscribe_url=url,
-                    )
-                )
-        except MailError:
-            async with self.database.session() as session:
-                await session.execute(
-                    update(BudgetAlertSend)
-                    .where(BudgetAlertSend.id == alert_id)
-                    .values(status="pending")
-                )
-            raise
-        async with self.database.session() as session:
-            await session.execute(
-                update(BudgetAlertSend)
-                .where(BudgetAlertSend.id == alert_id)
-                .values(status="sent", sent_at=utcnow())
-            )
+        await deliver(
+            self.digests,
+            BudgetAlertSend,
+            alert_id,
+            tenant,
+            recipients,
+            template="budget_alert",
+            subject=f"Hydrant: {tenant.name} reached {alert.threshold}% of {use.label.lower()}",
+            message_key=f"alert|{alert.id}",
+            use=use,
+            threshold=alert.threshold,
+        )
         log.info(
             "budget alert sent",
             extra={"tenant_id": tenant.id, "budget": alert.budget, "threshold": alert.threshold},

@@ -7,15 +7,15 @@ goes through the job queue in any case. The check pays the tenant's pending ledg
 entries first (`pay_pending`, the same as a balance read), so the balance it compares
 is exact; it costs one balance read per tenant that has thresholds, and runs every
 minute. The mail path, recipients and unsubscribe rules are the budget alerts'
-(alerts.py): claimed row -> enqueue after commit -> `pending` -> `sending` -> `sent`.
+(alert_mail.py): claimed row -> enqueue after commit -> `pending` -> `sending` -> `sent`.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from hydrant.platform.credits import repository as credit_rows
 from hydrant.platform.credits.low_balance import (
@@ -24,19 +24,16 @@ from hydrant.platform.credits.low_balance import (
     tenants_with_thresholds,
 )
 from hydrant.platform.credits.service import pay_pending, standing_of
-from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.credit_models import CreditAlertSend
 from hydrant.platform.db.models import Tenant
 from hydrant.platform.db.session import Database
-from hydrant.platform.digests.render import build_message, render
+from hydrant.platform.digests.alert_mail import deliver, requeue_stale, take
 from hydrant.platform.digests.service import DigestService
 from hydrant.platform.jobs.after_commit import Enqueue, enqueue_after_commit
-from hydrant.platform.mail.mailer import MailError
 
 log = logging.getLogger(__name__)
 
 SEND_JOB = "hydrant.credits.send_low_balance"
-RESEND_AFTER = timedelta(minutes=1)
 
 
 class LowBalanceAlerts:
@@ -69,14 +66,7 @@ class LowBalanceAlerts:
                     exc_info=True,
                 )
         async with self.database.session() as session:
-            stale = await session.scalars(
-                select(CreditAlertSend.id).where(
-                    CreditAlertSend.status == "pending",
-                    CreditAlertSend.claimed_at < moment - RESEND_AFTER,
-                )
-            )
-            for alert_id in stale.all():
-                enqueue_after_commit(session, self.enqueue, SEND_JOB, alert_id=alert_id)
+            await requeue_stale(session, CreditAlertSend, self.enqueue, SEND_JOB, moment)
         return claimed
 
     async def check_tenant(self, tenant_id: str, now: datetime) -> list[str]:
@@ -96,56 +86,24 @@ class LowBalanceAlerts:
 
     async def send(self, alert_id: str) -> bool:
         """Mail one claimed alert; False when another run has it or it was sent already."""
-        async with self.database.session() as session:
-            taken = await session.execute(
-                update(CreditAlertSend)
-                .where(CreditAlertSend.id == alert_id, CreditAlertSend.status == "pending")
-                .values(status="sending")
-            )
-            if taken.rowcount != 1:  # type: ignore[attr-defined]
-                return False
-            alert = await session.get(CreditAlertSend, alert_id)
-            assert alert is not None
-            tenant = await session.get(Tenant, alert.tenant_id)
-            assert tenant is not None
-            recipients = await self.digests.recipients_for(session, tenant)
-        try:
-            for recipient in recipients:
-                url = self.digests.unsubscribe_url(tenant.id, recipient)
-                rendered = render(
-                    "low_balance",
-                    f"Hydrant: {tenant.name}'s credit balance is under "
-                    f"{alert.amount.normalize():f} {alert.currency}",
-                    None,
-                    tenant_name=tenant.name,
-                    balance=alert.balance,
-                    threshold=alert.amount,
-                    currency=alert.currency,
-                    unsubscribe_url=url,
-                )
-                await self.digests.mailer.send(
-                    build_message(
-                        rendered,
-                        sender=self.digests.settings.digest_from,
-                        recipient=recipient,
-                        message_key=f"low-balance|{alert.id}",
-                        unsubscribe_url=url,
-                    )
-                )
-        except MailError:
-            async with self.database.session() as session:
-                await session.execute(
-                    update(CreditAlertSend)
-                    .where(CreditAlertSend.id == alert_id)
-                    .values(status="pending")
-                )
-            raise
-        async with self.database.session() as session:
-            await session.execute(
-                update(CreditAlertSend)
-                .where(CreditAlertSend.id == alert_id)
-                .values(status="sent", sent_at=utcnow())
-            )
+        taken = await take(self.digests, CreditAlertSend, alert_id)
+        if taken is None:
+            return False
+        alert, tenant, recipients = taken
+        await deliver(
+            self.digests,
+            CreditAlertSend,
+            alert_id,
+            tenant,
+            recipients,
+            template="low_balance",
+            subject=f"Hydrant: {tenant.name}'s credit balance is under "
+            f"{alert.amount.normalize():f} {alert.currency}",
+            message_key=f"low-balance|{alert.id}",
+            balance=alert.balance,
+            threshold=alert.amount,
+            currency=alert.currency,
+        )
         log.info(
             "low-balance alert sent",
             extra={"tenant_id": tenant.id, "crossing": alert.crossing},
