@@ -53,6 +53,18 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
 BACKGROUND_PRIORITY = 1_000_000
 
 
+class AdapterRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A LoRA adapter a request runs with (issue #28).
+
+    The gateway sends the registered path with every request, so an engine loads an adapter
+    on its first use and a hot-added adapter needs no restart or push to the workers. The
+    name is the engine's cache key (and the prefix cache's): one name, one set of weights.
+    """
+
+    name: str
+    path: str
+
+
 class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str
     prompt_token_ids: list[int]
@@ -60,6 +72,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     tenant_id: str = "default"
     tenant_weight: float = 1.0
     priority: int = 0
+    adapter: AdapterRef | None = None
 
 
 class TokenLogprob(msgspec.Struct, frozen=True):
@@ -112,6 +125,9 @@ class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
     num_free_blocks: int
     num_total_blocks: int
     prefix_cache_hit_rate: float
+    # Names of the LoRA adapters resident on the engine now, so dispatch can prefer a
+    # worker that will not have to load the one a request names.
+    loaded_adapters: tuple[str, ...] = ()
 
 
 class EngineClient(Protocol):
