@@ -4,8 +4,8 @@ final status (`completed`, `cancelled`, `expired`, or `failed`) set.
 Safe to run again: a finish cut short leaves the batch `finalizing` (or still
 `cancelling`), and the next runner finishes it; files written by the first attempt
 and never named by the batch just expire. The reservation's remainder is given back
-with a settle of nothing (each line already counted what it used), which changes
-nothing the second time.
+by bringing the store to the batch's final state (nothing held, what the lines used
+counted), which changes nothing the second time.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sqlalchemy import update
 from hydrant.platform.batches import repository
 from hydrant.platform.batches.lines import ENDPOINTS, InputLine, read_lines
 from hydrant.platform.batches.output import LineSealer, line_request_id, not_run
-from hydrant.platform.batches.reservation import from_json, released
+from hydrant.platform.batches.reservation import HeldState, resync
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.batch_models import Batch
 from hydrant.platform.db.session import Database
@@ -126,9 +126,17 @@ class Finisher:
         return row.id
 
     async def _settle(self, batch: Batch) -> None:
-        reservation = from_json(batch.reservation)
-        if reservation is not None:
-            await self._backend.settle(reservation, released(reservation))
+        """Nothing held any more; what the lines used stays counted (the row as it is now:
+        the `batch` handed in may predate its last lines)."""
+        async with self._database.session() as session:
+            now = await session.get(Batch, batch.id)
+        if now is not None:
+            await self.resync(now.reservation, HeldState.of(now).ended())
+
+    async def resync(self, reservation: dict[str, Any] | None, state: HeldState) -> None:
+        """The quota store's copy of a batch's reservation brought to `state` (see
+        reservation.py): after each stored line, when a runner takes a batch up, at its end."""
+        await resync(self._backend, reservation, state)
 
 
 def _jsonl(lines: list[bytes]) -> bytes:

@@ -19,6 +19,7 @@ import msgspec
 
 from hydrant.engine.output_constraints import constraint_error
 from hydrant.platform.auth.principal import Principal
+from hydrant.platform.billing.money import to_micro_units
 from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
 from hydrant.platform.errors import DomainError
 from hydrant.platform.inference.chat.controllers import CHAT
@@ -85,6 +86,11 @@ class LineCost:
     def money(self, price: Price) -> Decimal:
         usage = TokenUsage(input_tokens=self.prompt_tokens, output_tokens=self.output_tokens)
         return charge_for(usage, price)
+
+    def micros(self, price: Price) -> int:
+        """`money` in integer micro-units: what the line holds of its batch's reservation
+        (a batch reserves the sum of its lines', so each gives back exactly its own)."""
+        return to_micro_units(self.money(price))
 
 
 def line_cost(prepared: PreparedRequest) -> LineCost:

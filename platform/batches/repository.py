@@ -13,6 +13,7 @@ from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.principal import Principal
+from hydrant.platform.batches.reservation import HeldState
 from hydrant.platform.billing.money import STORAGE_PLACES
 from hydrant.platform.db.batch_models import Batch, BatchLine
 from hydrant.platform.db.models import DEFAULT_PLAN_ID, LedgerEntry, Plan, Tenant
@@ -89,6 +90,12 @@ async def enqueued_tokens(session: AsyncSession, tenant_id: str, model: str) -> 
     return int(total or 0)
 
 
+async def lock_tenant(session: AsyncSession, tenant_id: str) -> None:
+    """Hold the tenant's row until the transaction ends (PostgreSQL; SQLite has one writer
+    at a time anyway): concurrent batch creates of one tenant check its queue in turn."""
+    await session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
+
+
 async def tenant_and_plan(session: AsyncSession, tenant_id: str) -> tuple[Tenant, Plan] | None:
     """A batch's tenant and the plan its lines run under (the default when it has none)."""
     statement = (
@@ -155,22 +162,49 @@ async def count_line(
     ok: bool,
     prompt_tokens: int,
     usage: tuple[int, int, int],
-) -> None:
-    """A stored line counts: completed or failed, its tokens, no longer enqueued."""
+    share: tuple[int, int],
+    spent_micros: int,
+) -> HeldState:
+    """A stored line counts: completed or failed, its tokens, no longer enqueued; its
+    `share` (tokens, micro-units) of the reservation no longer held, what it used spent.
+    Returns the reservation's state after it (the row is locked until the commit, so
+    each line's state is the one its version names)."""
     input_tokens, cached_tokens, output_tokens = usage
+    share_tokens, share_micros = share
     values: dict[str, Any] = {
         "input_tokens": Batch.input_tokens + input_tokens,
         "cached_tokens": Batch.cached_tokens + cached_tokens,
         "output_tokens": Batch.output_tokens + output_tokens,
-        "enqueued_tokens": func.max(Batch.enqueued_tokens - prompt_tokens, 0)
-        if session.bind is not None and session.bind.dialect.name == "sqlite"
-        else func.greatest(Batch.enqueued_tokens - prompt_tokens, 0),
+        "enqueued_tokens": _at_least_0(session, Batch.enqueued_tokens - prompt_tokens),
+        "held_tokens": _at_least_0(session, Batch.held_tokens - share_tokens),
+        "held_micros": _at_least_0(session, Batch.held_micros - share_micros),
+        "spent_micros": Batch.spent_micros + spent_micros,
+        "quota_version": Batch.quota_version + 1,
     }
     if ok:
         values["request_completed"] = Batch.request_completed + 1
     else:
         values["request_failed"] = Batch.request_failed + 1
-    await session.execute(update(Batch).where(Batch.id == batch_id).values(**values))
+    statement = (
+        update(Batch)
+        .where(Batch.id == batch_id)
+        .values(**values)
+        .returning(
+            Batch.quota_version,
+            Batch.held_tokens,
+            Batch.held_micros,
+            Batch.input_tokens + Batch.output_tokens,
+            Batch.spent_micros,
+        )
+    )
+    row = (await session.execute(statement)).one()
+    return HeldState(*(int(value) for value in row))
+
+
+def _at_least_0(session: AsyncSession, value: Any) -> Any:
+    if session.bind is not None and session.bind.dialect.name == "sqlite":
+        return func.max(value, 0)
+    return func.greatest(value, 0)
 
 
 async def status_of(session: AsyncSession, batch_id: str) -> tuple[str, datetime] | None:

@@ -38,7 +38,8 @@ from hydrant.platform.batches import repository
 from hydrant.platform.batches.finish import Finisher
 from hydrant.platform.batches.lines import ENDPOINTS, InputLine, line_cost, read_lines
 from hydrant.platform.batches.output import LineSealer, answered, line_request_id, refused
-from hydrant.platform.batches.reservation import from_json
+from hydrant.platform.batches.reservation import HeldState
+from hydrant.platform.billing.money import to_micro_units
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.batch_models import Batch, BatchLine
@@ -78,6 +79,20 @@ class _Captured:
 
     async def record(self, ctx: Metered, outcome: Outcome) -> None:
         self.ctx, self.outcome = ctx, outcome
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A line's result as it is stored. `prompt_tokens`: what it held of the batch's
+    enqueued tokens; `share`: what it held of the batch's reservation (tokens, micro-units;
+    nothing known for a line that could not be prepared: the batch's end gives it back)."""
+
+    number: int
+    request_id: str
+    status: int
+    result: bytes
+    prompt_tokens: int = 0
+    share: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -140,6 +155,8 @@ class BatchRunner:
             return await self._finisher.finish(batch, "completed")
         if utcnow() >= batch.expires_at:
             return await self._finisher.finish(batch, "expired")
+        # The store may have lost the reservation (a restart): the row's state is restored.
+        await self._finisher.resync(batch.reservation, HeldState.of(batch))
         principal = await self._principal(batch)
         if principal is None:  # its tenant was suspended: no more of its work runs
             return await self._finisher.fail(
@@ -300,7 +317,7 @@ class BatchRunner:
                         "internal_error",
                         None,
                     )
-                    await self._store(batch, line.number, request_id, 500, result)
+                    await self._store(batch, _Stored(line.number, request_id, 500, result))
                     return
             if stop.reason is not None:
                 return  # stopping anyway: the line stays unrun (and unbilled)
@@ -316,7 +333,7 @@ class BatchRunner:
         request_id: str,
     ) -> None:
         captured = _Captured()
-        prompt_tokens = 0
+        prompt_tokens, share = 0, (0, 0)
         try:
             await self._gap(batch.model)
             # Off the event loop (tokenizing, a chat template): the loop serves interactive
@@ -325,15 +342,7 @@ class BatchRunner:
                 prepare_body, self._api, principal, endpoint, line.body
             )
             cost = line_cost(prepared)
-            prompt_tokens = cost.prompt_tokens
-            price = _price(batch)
-            ticket = BatchTicket(
-                batch_id=batch.id,
-                reservation=from_json(batch.reservation),
-                reserved_tokens=cost.tokens,
-                reserved_money=cost.money(price),
-                price=price,
-            )
+            prompt_tokens, share = cost.prompt_tokens, (cost.tokens, cost.micros(_price(batch)))
             generation = await start_prepared(
                 self._api,
                 principal,
@@ -341,7 +350,7 @@ class BatchRunner:
                 prepared,
                 request_id,
                 priority=0,
-                batch=ticket,
+                batch=BatchTicket(batch.id),
                 ledger=captured,
             )
             answer = await endpoint.whole(generation, model.tokenizer)
@@ -352,48 +361,37 @@ class BatchRunner:
                 line.custom_id, request_id, exc.status, exc.message, exc.type, exc.code, exc.param
             )
             await self._store(
-                batch, line.number, request_id, exc.status, result, prompt_tokens=prompt_tokens
+                batch,
+                _Stored(line.number, request_id, exc.status, result, prompt_tokens, share),
             )
             return
         result = answered(line.custom_id, request_id, 200, answer)
-        await self._store(
-            batch,
-            line.number,
-            request_id,
-            200,
-            result,
-            captured.ctx,
-            captured.outcome,
-            prompt_tokens=prompt_tokens,
-        )
+        stored = _Stored(line.number, request_id, 200, result, prompt_tokens, share)
+        await self._store(batch, stored, captured.ctx, captured.outcome)
 
     async def _store(
         self,
         batch: Batch,
-        number: int,
-        request_id: str,
-        status: int,
-        result: bytes,
+        line: _Stored,
         ctx: Metered | None = None,
         outcome: Outcome | None = None,
-        *,
-        prompt_tokens: int = 0,
     ) -> None:
-        """The line's result, its ledger entry and its counts: one transaction, once.
-        `prompt_tokens`: what the line held of the batch's enqueued tokens."""
+        """The line's result, its ledger entry and its counts: one transaction, once; then
+        the quota store brought to the batch's reservation as that transaction left it."""
         await self._gap(batch.model)
         sealed = await asyncio.to_thread(
-            self._sealer.seal, batch.tenant_id, batch.id, number, result
+            self._sealer.seal, batch.tenant_id, batch.id, line.number, line.result
         )
         usage = outcome.usage if outcome is not None else None
+        spent = 0
         try:
             async with self._database.session() as session:
                 session.add(
                     BatchLine(
                         batch_id=batch.id,
-                        line=number,
-                        request_id=request_id,
-                        status_code=status,
+                        line=line.number,
+                        request_id=line.request_id,
+                        status_code=line.status,
                         sealed=sealed,
                         finished_at=utcnow(),
                     )
@@ -404,20 +402,26 @@ class BatchRunner:
                     raw["api_key_id"] = batch.api_key_id
                     entry = await self._ledger.price_entry(session, raw)
                     await ledger_rows.insert_if_absent(session, [entry])
-                await repository.count_line(
+                    spent = to_micro_units(Decimal(entry["charged"]))
+                state = await repository.count_line(
                     session,
                     batch.id,
-                    ok=200 <= status < 300,
-                    prompt_tokens=prompt_tokens,
+                    ok=200 <= line.status < 300,
+                    prompt_tokens=line.prompt_tokens,
                     usage=(
                         (usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
                         if usage is not None
                         else (0, 0, 0)
                     ),
+                    share=line.share,
+                    spent_micros=spent,
                 )
         except IntegrityError:
-            log.warning("batch line stored twice: kept the first", extra={"request_id": request_id})
+            log.warning(
+                "batch line stored twice: kept the first", extra={"request_id": line.request_id}
+            )
             return
+        await self._finisher.resync(batch.reservation, state)
         if self._metered is not None and ctx is not None and outcome is not None:
             self._metered.observe(ctx, outcome, price=_price(batch))
 

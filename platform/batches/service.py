@@ -18,13 +18,15 @@ from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.batches import repository
 from hydrant.platform.batches.book import RUN_JOB, BatchBook
 from hydrant.platform.batches.lines import ENDPOINTS, Checked, check_file
 from hydrant.platform.batches.reservation import released, to_json
 from hydrant.platform.batches.schemas import BatchCreate
-from hydrant.platform.billing.money import round_money
+from hydrant.platform.billing.money import from_micro_units, round_money
 from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.batch_models import Batch
@@ -126,23 +128,21 @@ class BatchService(BatchBook):
                 session.add(batch)
             return batch
         price = self._batch_price(batch.model) or Price(Decimal(0), Decimal(0))
-        await self._check_queue(principal, batch.model, checked)
-        reserved_money = sum(
-            (cost.money(price) for cost in checked.costs.values()), start=Decimal(0)
-        )
+        micros = sum(cost.micros(price) for cost in checked.costs.values())
+        reserved_money = from_micro_units(micros)
         admission = await self._reserve(principal, checked, reserved_money, window)
         batch.status, batch.in_progress_at = "in_progress", now
         batch.request_total = len(checked.costs)
         batch.enqueued_tokens = checked.prompt_tokens
-        batch.reserved_tokens = checked.tokens
-        batch.reserved_charge = round_money(reserved_money)
+        batch.reserved_tokens = batch.held_tokens = checked.tokens
+        batch.reserved_charge, batch.held_micros = reserved_money, micros
         batch.reservation = to_json(admission) if admission is not None else None
         batch.price_input_per_mtok = price.input_per_million
         batch.price_cached_input_per_mtok = price.cached_rate
         batch.price_output_per_mtok = price.output_per_million
         try:
             async with self._session() as session:
-                session.add(batch)
+                await self._enqueue_within_limit(session, principal, batch)
                 if self.enqueue is not None:
                     enqueue_after_commit(session, self.enqueue, RUN_JOB, batch_id=batch.id)
         except BaseException:
@@ -155,19 +155,31 @@ class BatchService(BatchBook):
         )
         return batch
 
-    async def _check_queue(self, principal: Principal, model: str, checked: Checked) -> None:
+    async def _enqueue_within_limit(
+        self, session: AsyncSession, principal: Principal, batch: Batch
+    ) -> None:
+        """Add the batch, refused if its prompt tokens and those its tenant has queued for
+        the model pass the plan's batch queue limit. Atomic against concurrent creates:
+        the tenant's row is locked first (PostgreSQL), and the batch is written before the
+        sum is read (on SQLite the write takes the database's one write lock), so the sum
+        counts every batch made before this one and none made after can pass unseen."""
         plan = principal.plan
         limit = plan.batch_queue_tokens if plan is not None else None
         if limit is None:
+            session.add(batch)
             return
-        tenant_id = _tenant(principal)
-        async with self._session() as session:
-            queued = await repository.enqueued_tokens(session, tenant_id, model)
-        if queued + checked.prompt_tokens > limit:
+        # The lock before the insert: the insert's foreign key check share-locks the row,
+        # and two transactions holding that would deadlock on each other's FOR UPDATE.
+        await repository.lock_tenant(session, batch.tenant_id)
+        session.add(batch)
+        await session.flush()
+        queued = await repository.enqueued_tokens(session, batch.tenant_id, batch.model)
+        if queued > limit:
             raise RateLimited(
-                f"enqueued token limit reached for {model}: this batch's {checked.prompt_tokens}"
-                f" prompt tokens and the {queued} already queued exceed your plan's limit of "
-                f"{limit}; retry when earlier batches have finished",
+                f"enqueued token limit reached for {batch.model}: this batch's "
+                f"{batch.enqueued_tokens} prompt tokens and the {queued - batch.enqueued_tokens}"
+                f" already queued exceed your plan's limit of {limit}; retry when earlier "
+                "batches have finished",
                 code="token_limit_exceeded",
                 retry_after=60,
             )

@@ -86,7 +86,11 @@ class Batch(Base):
     `reservation` is the quota admission that holds the batch's maximum cost against the
     tenant's budgets (reserved at creation, settled line by line, so a runner on another
     process or after a restart settles the same one); the `price_*` columns are the batch
-    price it was reserved at, so each line gives back exactly its own share. `lease_*`
+    price it was reserved at, so each line gives back exactly its own share. `held_*` and
+    `spent_*` are the reservation's durable state (money in integer micro-units, exact on
+    both databases): what it still holds and what its stored lines used, changed in each
+    line's own transaction, versioned by `quota_version`; the quota store is brought to
+    them (`QuotaBackend.resync`), so a store that lost them (a restart) gets them back. `lease_*`
     say which runner works the batch and until when it must renew (a runner that died
     lets the lease lapse, and another resumes the batch).
     """
@@ -100,6 +104,9 @@ class Batch(Base):
     model: Mapped[str] = mapped_column(String(200))
     input_file_id: Mapped[str] = mapped_column(String(64))
     completion_window: Mapped[str] = mapped_column(String(8), default="24h")
+    # OpenAI's `output_expires_after` (anchor `created_at`): the output and error files
+    # expire this many seconds after they are made; None: the files' retention.
+    output_expires_after_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     status: Mapped[str] = mapped_column(String(16))
     batch_metadata: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
     errors: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
@@ -115,6 +122,10 @@ class Batch(Base):
     reserved_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     reserved_charge: Mapped[Decimal] = mapped_column(MONEY, default=Decimal(0))
     reservation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    held_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    held_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    spent_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    quota_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     price_input_per_mtok: Mapped[Decimal] = mapped_column(PRICE, default=Decimal(0))
     price_cached_input_per_mtok: Mapped[Decimal] = mapped_column(PRICE, default=Decimal(0))
     price_output_per_mtok: Mapped[Decimal] = mapped_column(PRICE, default=Decimal(0))

@@ -325,7 +325,8 @@ class BudgetAlertSend(Base):
 
 
 class LedgerHourlyRollup(Base):
-    """Ledger sums per UTC hour, tenant and model, rewritten by the hourly rollup job."""
+    """Ledger sums per UTC hour, tenant and model, rewritten by the hourly rollup job; the
+    `batch_*` columns are the Batch API's part of the totals (its lines' entries)."""
 
     __tablename__ = "ledger_hourly_rollups"
 
@@ -341,6 +342,8 @@ class LedgerHourlyRollup(Base):
     charged: Mapped[Decimal] = mapped_column(MONEY)
     device_seconds: Mapped[Decimal] = mapped_column(SECONDS)
     device_cost: Mapped[Decimal] = mapped_column(MONEY)
+    batch_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    batch_charged: Mapped[Decimal] = mapped_column(MONEY, default=Decimal(0), server_default="0")
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
 

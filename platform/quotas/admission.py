@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 
 from hydrant.engine.protocol import BACKGROUND_PRIORITY, Sampling
-from hydrant.platform.billing.pricing import Price
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.ledger.accounting import Outcome
-from hydrant.platform.quotas.checks import Admission as Reservation
 from hydrant.platform.quotas.policy import PlanPolicy
 
 # The engine priority of a Batch API line: background, so the scheduler computes it only in
@@ -55,15 +52,11 @@ P = TypeVar("P", bound=Prepared)
 
 @dataclass(frozen=True)
 class BatchTicket:
-    """What makes a request a Batch API line: its batch, the budget reservation the batch
-    made at creation (None: the plan has no budgets), this line's share of it (given back
-    when the line settles) and the batch price it is charged at."""
+    """What makes a request a Batch API line: its batch. It takes the gate's batch lane,
+    no interactive rate; its budget was reserved when its batch was made, and the runner
+    settles the line's share once the line is stored."""
 
     batch_id: str
-    reservation: Reservation | None
-    reserved_tokens: int
-    reserved_money: Decimal
-    price: Price
 
 
 @dataclass

@@ -21,12 +21,20 @@ class QuotaBackend(Protocol):
         """Free the slots and settle reservations to the actual amounts (idempotent per object)."""
         ...
 
-    async def settle_part(
-        self, admission: Admission, release: Mapping[str, int], spend: Mapping[str, int]
+    async def resync(
+        self,
+        admission: Admission,
+        version: int,
+        held: Mapping[str, int],
+        spent: Mapping[str, int],
     ) -> None:
-        """Settle part of a budget reservation that stays open (a Batch API batch's, one line
-        at a time): give back `release` of what each named budget holds (never more than it
-        holds) and count `spend` as used. Windows and slots are not touched."""
+        """Make a long-lived budget reservation (a Batch API batch's) what its durable record
+        says at `version`: it holds `held` and has counted `spent` in all (per budget, by
+        name). Absolute amounts under a version, not increments: applied only when newer
+        than what the store has seen, so a retry, a late call or a call from a runner that
+        resumed the batch changes nothing twice, and a store that lost the reservation (the
+        in-memory store restarted, Redis without persistence) gets it back whole. Windows
+        and slots are not touched."""
         ...
 
     async def renew(self, admission: Admission) -> bool:

@@ -8,7 +8,7 @@ cannot overspend.
 
 A Batch API line (`ctx.batch`) takes the model's batch lane instead (batch_lane.py):
 no interactive rate applies to it, its budget was reserved when its batch was made,
-and it settles its own share of that reservation when it ends.
+and its batch's runner settles its share of that reservation once the line is stored.
 """
 
 from __future__ import annotations
@@ -166,32 +166,16 @@ class _Settlement:
 
 @dataclass
 class _LineSettlement:
-    """A batch line's end: its share of the batch's reservation given back, what it used
-    counted (at the batch price), its place in the batch lane freed."""
+    """A batch line's end: its place in the batch lane freed. Its budget share is the
+    runner's to settle, once the line is stored (`BatchRunner`, `QuotaBackend.resync`):
+    a line cut off before it is stored runs again, and must not count twice."""
 
-    backend: QuotaBackend
     ticket: BatchTicket
     lane: BatchLane
     rate_limit_headers: Mapping[str, str] = field(default_factory=dict)  # no rate applies
 
     async def settle(self, outcome: Outcome) -> None:
-        try:
-            reservation = self.ticket.reservation
-            if reservation is not None:
-                usage = outcome.usage
-                release = settle_amounts(
-                    reservation,
-                    tokens=self.ticket.reserved_tokens,
-                    money=self.ticket.reserved_money,
-                )
-                spend = settle_amounts(
-                    reservation,
-                    tokens=usage.prompt_tokens + usage.completion_tokens,
-                    money=_money(outcome, self.ticket.price),
-                )
-                await self.backend.settle_part(reservation, release, spend)
-        finally:
-            self.lane.leave()
+        self.lane.leave()
 
 
 def format_money(value: Decimal) -> str:
@@ -287,7 +271,7 @@ class QuotaGate:
         if ctx.batch is not None:
             lane = self.batch_lane(ctx.model)
             await lane.enter()
-            return _LineSettlement(self.backend, ctx.batch, lane)
+            return _LineSettlement(ctx.batch, lane)
         settlement = await self._admit_interactive(ctx, policy, quota, tier, refused)
         settlement.batch_lane = self.batch_lane(ctx.model)
         settlement.batch_lane.interactive_started()

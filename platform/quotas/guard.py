@@ -105,14 +105,18 @@ class GuardedQuotaBackend:
             return
         self.outage.success()
 
-    async def settle_part(
-        self, admission: Admission, release: Mapping[str, int], spend: Mapping[str, int]
+    async def resync(
+        self,
+        admission: Admission,
+        version: int,
+        held: Mapping[str, int],
+        spent: Mapping[str, int],
     ) -> None:
         try:
-            await self._inner.settle_part(admission, release, spend)
+            await self._inner.resync(admission, version, held, spent)
         except QuotaBackendUnavailable as exc:
-            # Like `settle`: never raised, never retried (it may have run); the batch's
-            # lease gives the reservation back at the latest when its window ends.
+            # Never raised: the batch's row keeps the state, and the next line's resync (or
+            # the batch's finish) brings the store to it, whatever this one missed.
             self.outage.failure(exc, self._consequence)
             return
         self.outage.success()

@@ -62,6 +62,10 @@ class _Budget:
     reserved: int = 0
     leases: dict[str, tuple[float, int]] = field(default_factory=dict)  # rid -> (expiry, amount)
     period_end: float = 0.0
+    # Long-lived reservations (`resync`): rid -> the version last applied, and what that
+    # reservation has counted as spent in all.
+    versions: dict[str, int] = field(default_factory=dict)
+    counted: dict[str, int] = field(default_factory=dict)
 
     def expire(self, now: float) -> None:
         for rid in [r for r, (expiry, _) in self.leases.items() if expiry <= now]:
@@ -171,22 +175,32 @@ class InMemoryQuotaBackend:
         admission.settled = True
         self._sweep(self._clock())
 
-    async def settle_part(
-        self, admission: Admission, release: Mapping[str, int], spend: Mapping[str, int]
+    async def resync(
+        self,
+        admission: Admission,
+        version: int,
+        held: Mapping[str, int],
+        spent: Mapping[str, int],
     ) -> None:
         if admission.settled or not admission.metered:
             return
-        rid = admission.reservation_id
+        now, rid = self._clock(), admission.reservation_id
         for check in admission.checks:
             if not isinstance(check, BudgetCheck):
                 continue
             budget = self._budgets.setdefault(check.key, _Budget(period_end=check.period_end))
-            lease = budget.leases.get(rid)
-            if lease is not None:
-                given = min(lease[1], max(0, int(release.get(check.name, 0))))
-                budget.leases[rid] = (lease[0], lease[1] - given)
-                budget.reserved -= given
-            budget.spent += max(0, int(spend.get(check.name, 0)))
+            budget.expire(now)
+            if budget.versions.get(rid, -1) >= version:
+                continue  # a newer (or the same) state is already here
+            budget.versions[rid] = version
+            lease = budget.leases.pop(rid, None)
+            want = max(0, int(held.get(check.name, 0)))
+            budget.reserved += want - (lease[1] if lease is not None else 0)
+            if want > 0:
+                budget.leases[rid] = (lease[0] if lease else now + check.lease_s, want)
+            total = max(0, int(spent.get(check.name, 0)))
+            budget.spent += total - budget.counted.get(rid, 0)
+            budget.counted[rid] = total
 
     async def renew(self, admission: Admission) -> bool:
         if admission.settled or not admission.metered:

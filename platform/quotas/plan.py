@@ -153,7 +153,7 @@ def batch_checks(
     Why only budgets: a batch's lines run in capacity left idle, at the lowest priority,
     so the interactive rates (per key, per minute, concurrency) do not apply to them; the
     plan's batch queue limit (`batch_queue_tokens`) is checked on the database instead.
-    Each line settles its share as it ends (`QuotaBackend.settle_part`).
+    The runner settles each line's share once the line is stored (`QuotaBackend.resync`).
     """
     tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
     micros = to_micro_units(reserve_money)
@@ -169,7 +169,11 @@ def _micros(value: Decimal | None) -> int | None:
 
 def settle_amounts(admission: Admission, *, tokens: int, money: Decimal) -> dict[str, int]:
     """The `actual` mapping for `QuotaBackend.settle`, for the checks this admission holds."""
-    micros = to_micro_units(money)
+    return budget_amounts(admission, tokens=tokens, micros=to_micro_units(money))
+
+
+def budget_amounts(admission: Admission, *, tokens: int, micros: int) -> dict[str, int]:
+    """Per check this admission holds: `tokens` for a token limit, `micros` for a money one."""
     amounts: dict[str, int] = {}
     for check in admission.checks:
         if check.name in _TOKEN_CHECKS:

@@ -35,11 +35,11 @@ from hydrant.platform.quotas.checks import (
     resolve_actuals,
     validate_checks,
 )
-from hydrant.platform.quotas.redis_scripts import ADMIT, RENEW, SETTLE, SETTLE_PART, USAGE
+from hydrant.platform.quotas.redis_scripts import ADMIT, RENEW, RESYNC, SETTLE, USAGE
 from hydrant.platform.quotas.script_client import LuaScript, RedisAddress, RedisScriptClient
 
-_ADMIT, _SETTLE, _SETTLE_PART, _RENEW, _USAGE = (
-    LuaScript(s) for s in (ADMIT, SETTLE, SETTLE_PART, RENEW, USAGE)
+_ADMIT, _SETTLE, _RESYNC, _RENEW, _USAGE = (
+    LuaScript(s) for s in (ADMIT, SETTLE, RESYNC, RENEW, USAGE)
 )
 
 _UNAVAILABLE = (
@@ -75,7 +75,7 @@ class RedisQuotaBackend:
         self._scripts = scripts
         self._registered = {
             script.sha: client.register_script(script.source)
-            for script in (_ADMIT, _SETTLE, _SETTLE_PART, _RENEW, _USAGE)
+            for script in (_ADMIT, _SETTLE, _RESYNC, _RENEW, _USAGE)
         }
 
     @classmethod
@@ -106,13 +106,12 @@ class RedisQuotaBackend:
         return [f"{base}:bud", f"{base}:leases"]
 
     @staticmethod
-    def _params(check: Check, amount: int, p1: float | None = None) -> list[str | int | float]:
+    def _params(check: Check, amount: int) -> list[str | int | float]:
         if isinstance(check, WindowCheck):
             return ["w", check.limit, check.window_s, amount, 0, 0]
         if isinstance(check, ConcurrencyCheck):
             return ["c", check.limit, check.lease_s, 0, check.retry_after_s, 0]
-        lease = check.lease_s if p1 is None else p1
-        return ["b", check.limit, lease, amount, check.period_end, check.floor]
+        return ["b", check.limit, check.lease_s, amount, check.period_end, check.floor]
 
     async def _run(
         self,
@@ -120,18 +119,19 @@ class RedisQuotaBackend:
         checks: Sequence[Check],
         rid: str,
         amounts: Sequence[int] | None = None,
-        p1: Sequence[float] | None = None,
     ) -> Any:
         keys: list[str] = []
-        args: list[str | int | float] = [
-            "" if self._clock is None else repr(self._clock()),
-            rid,
-            len(checks),
-        ]
+        args: list[str | int | float] = [self._now(), rid, len(checks)]
         for index, check in enumerate(checks):
             keys.extend(self._keys(check))
             amount = amounts[index] if amounts is not None else getattr(check, "amount", 0)
-            args.extend(self._params(check, amount, None if p1 is None else p1[index]))
+            args.extend(self._params(check, amount))
+        return await self._eval(script, keys, args)
+
+    def _now(self) -> str:
+        return "" if self._clock is None else repr(self._clock())
+
+    async def _eval(self, script: LuaScript, keys: list[str], args: list[str | int | float]) -> Any:
         try:
             if self._scripts is not None:
                 return await self._scripts.evalsha(script, keys, args)
@@ -163,18 +163,25 @@ class RedisQuotaBackend:
         await self._run(_SETTLE, admission.checks, admission.reservation_id, resolved)
         admission.settled = True
 
-    async def settle_part(
-        self, admission: Admission, release: Mapping[str, int], spend: Mapping[str, int]
+    async def resync(
+        self,
+        admission: Admission,
+        version: int,
+        held: Mapping[str, int],
+        spent: Mapping[str, int],
     ) -> None:
         if admission.settled or not admission.metered:
             return
         budgets = [c for c in admission.checks if isinstance(c, BudgetCheck)]
         if not budgets:
             return
-        amounts = [max(0, int(spend.get(c.name, 0))) for c in budgets]
-        # p1 of a budget is its lease in admit; here it carries the amount given back.
-        releases = [max(0, int(release.get(c.name, 0))) for c in budgets]
-        await self._run(_SETTLE_PART, budgets, admission.reservation_id, amounts, releases)
+        keys: list[str] = []
+        args: list[str | int | float] = [self._now(), admission.reservation_id, len(budgets)]
+        for check in budgets:
+            keys.extend(self._keys(check))
+            held_now, spent_now = int(held.get(check.name, 0)), int(spent.get(check.name, 0))
+            args.extend(["b", check.lease_s, held_now, spent_now, check.period_end, version])
+        await self._eval(_RESYNC, keys, args)
 
     async def renew(self, admission: Admission) -> bool:
         if admission.settled or not admission.metered:

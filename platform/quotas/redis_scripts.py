@@ -197,26 +197,40 @@ return 1
 """
 )
 
-# A part of a budget reservation that stays open (a batch's, line by line): amount is what
-# to count as spent, p1 (in place of lease_s) what to give back of the reservation, at most
-# what it still holds. Windows and slots are left alone.
-SETTLE_PART = (
+# A long-lived budget reservation (a batch's) set to what its durable record says, as of a
+# version (`QuotaBackend.resync`). Per budget check the six values are: 'b', lease_s (in
+# place of the limit), the amount to hold (p1), the amount counted as spent in all
+# (amount), period_end (p2), the version (p3). Applied only when newer than the version
+# seen (`v:<rid>`); `s:<rid>` is what this reservation counted as spent so far, so the
+# budget's `spent` moves by the difference. A reservation the store lost is held again.
+RESYNC = (
     _COMMON
     + r"""
-each_check(function(i, kind, keys, limit, p1, amount, p2)
+each_check(function(i, kind, keys, lease, held, amount, period_end, version)
   if kind ~= 'b' then return end
-  local held = tonumber(redis.call('HGET', keys[1], 'r:' .. rid))
-  if held then
-    local give = math.min(held, math.max(p1, 0))
-    if give > 0 then
-      redis.call('HSET', keys[1], 'r:' .. rid, held - give)
-      redis.call('HINCRBY', keys[1], 'reserved', 0 - give)
-    end
+  cleanup(kind, keys, lease)
+  local seen = tonumber(redis.call('HGET', keys[1], 'v:' .. rid)) or -1
+  if version <= seen then return end
+  redis.call('HSET', keys[1], 'v:' .. rid, version)
+  local had = tonumber(redis.call('HGET', keys[1], 'r:' .. rid)) or 0
+  local want = math.max(held, 0)
+  if want > 0 then
+    redis.call('HSET', keys[1], 'r:' .. rid, want)
+    if not redis.call('ZSCORE', keys[2], rid) then redis.call('ZADD', keys[2], now + lease, rid) end
+  else
+    redis.call('HDEL', keys[1], 'r:' .. rid)
+    redis.call('ZREM', keys[2], rid)
   end
-  if amount > 0 then redis.call('HINCRBY', keys[1], 'spent', amount) end
-  if redis.call('PTTL', keys[1]) < 0 then
-    redis.call('PEXPIRE', keys[1], math.ceil(math.max(p2 - now, 0) * 1000) + GRACE_MS)
+  if want ~= had then redis.call('HINCRBY', keys[1], 'reserved', want - had) end
+  local counted = tonumber(redis.call('HGET', keys[1], 's:' .. rid)) or 0
+  local total = math.max(amount, 0)
+  if total ~= counted then
+    redis.call('HINCRBY', keys[1], 'spent', total - counted)
+    redis.call('HSET', keys[1], 's:' .. rid, total)
   end
+  local ttl = math.ceil(math.max(period_end - now, lease) * 1000) + GRACE_MS
+  if redis.call('PTTL', keys[1]) < ttl then redis.call('PEXPIRE', keys[1], ttl) end
+  if redis.call('PTTL', keys[2]) < ttl then redis.call('PEXPIRE', keys[2], ttl) end
 end)
 return 1
 """

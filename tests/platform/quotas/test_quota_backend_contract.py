@@ -6,6 +6,7 @@ import pytest
 from quota_helpers import ManualClock
 
 from hydrant.platform.quotas import (
+    Admission,
     BudgetCheck,
     Check,
     ConcurrencyCheck,
@@ -162,35 +163,41 @@ async def test_budget_reserves_the_maximum_then_settles_to_actual(
     await backend.admit([budget(5)])
 
 
-async def test_a_reservation_settles_part_by_part_then_whole(backend: QuotaBackend) -> None:
-    """A batch's reservation: each line gives back its share and counts what it used; the
-    rest stays held; the last settle gives back what is left."""
+async def test_a_long_lived_reservation_is_brought_to_its_durable_state(
+    backend: QuotaBackend,
+) -> None:
+    """A batch's reservation: after each stored line the store is set to what the batch's
+    row says (held, spent in all) under a version; an older or repeated version changes
+    nothing; the end (nothing held) gives the rest back and keeps what was used."""
     slots = ConcurrencyCheck("slots", "{t1}:c", 3)
     batch = await backend.admit([budget(60), slots])
-    await backend.settle_part(batch, {"budget": 20}, {"budget": 7})
+    await backend.resync(batch, 1, {"budget": 40}, {"budget": 7})
     assert await backend.usage(budget(0)) == LimitUsage(used=7, reserved=40)
     await refused(backend, budget(60))  # still held: 7 + 40 + 60 > 100
     await backend.admit([budget(50)])  # what the line gave back is free again
-    await backend.settle_part(batch, {"budget": 100}, {"budget": 3})  # never more than held
+    await backend.resync(batch, 1, {"budget": 10}, {"budget": 30})  # a retry: no change
+    await backend.resync(batch, 0, {"budget": 60}, {"budget": 0})  # late, older: no change
+    assert await backend.usage(budget(0)) == LimitUsage(used=7, reserved=90)
+    await backend.resync(batch, 3, {"budget": 20}, {"budget": 10})
+    await backend.resync(batch, 2, {"budget": 30}, {"budget": 9})  # arrives after 3
+    assert await backend.usage(budget(0)) == LimitUsage(used=10, reserved=70)
+    assert await backend.usage(slots) == LimitUsage(used=1)  # windows and slots untouched
+    await backend.resync(batch, 2**52, {"budget": 0}, {"budget": 10})  # the batch's end
     assert await backend.usage(budget(0)) == LimitUsage(used=10, reserved=50)
-    await backend.settle_part(batch, {"budget": 5}, {})
-    assert await backend.usage(slots) == LimitUsage(used=1)  # parts leave slots alone
-    await backend.settle(batch, {"budget": 0})
-    assert await backend.usage(budget(0)) == LimitUsage(used=10, reserved=50)
-    assert await backend.usage(slots) == LimitUsage(used=0)
-    await backend.settle_part(batch, {"budget": 1}, {"budget": 1})  # settled: nothing more
+    await backend.resync(batch, 4, {"budget": 5}, {"budget": 12})  # nothing after the end
     assert await backend.usage(budget(0)) == LimitUsage(used=10, reserved=50)
 
 
-async def test_a_part_of_a_lost_reservation_still_counts_what_was_used(
-    backend: QuotaBackend, clock: ManualClock
-) -> None:
-    """After a restart of the in-memory store, or a lease that lapsed, a line's use is
-    still counted; nothing is given back that is not held."""
-    batch = await backend.admit([budget(30, lease=10)])
-    clock.advance(10)
-    await backend.settle_part(batch, {"budget": 30}, {"budget": 4})
-    assert await backend.usage(budget(0)) == LimitUsage(used=4, reserved=0)
+async def test_a_store_that_lost_a_reservation_gets_it_back_whole(backend: QuotaBackend) -> None:
+    """After a restart of the in-memory store (or Redis without persistence) the batch's
+    runner resyncs its reservation: held again and its lines' use counted, exactly once."""
+    lost = Admission(reservation_id="batch-lost", checks=(budget(60),))  # never admitted here
+    await backend.resync(lost, 3, {"budget": 25}, {"budget": 9})
+    await backend.resync(lost, 3, {"budget": 25}, {"budget": 9})  # a second runner's call
+    assert await backend.usage(budget(0)) == LimitUsage(used=9, reserved=25)
+    await refused(backend, budget(70))  # 9 + 25 + 70 > 100: the batch's hold counts
+    await backend.resync(lost, 4, {"budget": 0}, {"budget": 12})
+    assert await backend.usage(budget(0)) == LimitUsage(used=12, reserved=0)
 
 
 async def test_settle_without_actuals_keeps_the_reservation_as_spent(backend: QuotaBackend) -> None:

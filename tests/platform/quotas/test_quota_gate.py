@@ -282,13 +282,7 @@ async def test_long_lane_gives_a_batch_its_places_together_and_in_order() -> Non
 def line(policy: PlanPolicy | None = None, ticket: BatchTicket | None = None) -> RequestContext:
     """A Batch API line of 100 prompt tokens and 50 output tokens at most."""
     request = ctx(100, 50, policy)
-    request.batch = ticket or BatchTicket(
-        batch_id="batch_x",
-        reservation=None,
-        reserved_tokens=150,
-        reserved_money=Decimal(0),
-        price=PRICE,
-    )
+    request.batch = ticket or BatchTicket(batch_id="batch_x")
     return request
 
 
@@ -313,7 +307,9 @@ async def test_batch_lines_fill_the_lane_and_give_way_to_interactive_requests() 
     assert (lane.running, lane.interactive) == (2, 0)
 
 
-async def test_a_batch_line_takes_no_interactive_rate_and_settles_its_share() -> None:
+async def test_a_batch_line_takes_no_interactive_rate_and_leaves_the_budget_to_its_runner() -> None:
+    """The batch's runner settles a line's share once the line is stored (a line cut off
+    before that runs again): the gate neither rates a line nor touches the budget."""
     backend = InMemoryQuotaBackend()
     g = QuotaGate(GuardedQuotaBackend(backend), lambda _: PRICE)
     policy = plan(requests_per_minute=1, spend_per_day=Decimal("1"), batch_queue_tokens=10)
@@ -325,13 +321,12 @@ async def test_a_batch_line_takes_no_interactive_rate_and_settles_its_share() ->
         at=utcnow(),
         lease_s=3600,
     )
-    reservation = await backend.admit(checks)
-    ticket = BatchTicket("batch_x", reservation, 150, Decimal("0.0002"), PRICE)
+    await backend.admit(checks)
     for _ in range(2):  # a tenant limited to one request a minute: lines are not requests
-        admission = await g.admit(line(policy, ticket))
-        await admission.settle(outcome(100, 20))  # used 100 in + 20 out: 0.00014
+        admission = await g.admit(line(policy))
+        await admission.settle(outcome(100, 20))
     (spend,) = checks
-    assert await backend.usage(spend) == LimitUsage(used=280, reserved=0)
+    assert await backend.usage(spend) == LimitUsage(used=0, reserved=400)
 
 
 async def test_quiet_waits_for_the_models_interactive_requests_to_end() -> None:
