@@ -1,4 +1,5 @@
-"""Hourly ledger rollups: the reports' hourly aggregate, stored per (hour, tenant, model).
+"""Hourly ledger rollups: the reports' hourly aggregate, stored per (hour, tenant, model),
+with the Batch API's part of it (`batch_requests`, `batch_charged`) beside the totals.
 
 Each run rewrites the last few hours whole (delete, then insert, in one
 transaction), so running it twice, or late, gives the same rows, and entries
@@ -46,6 +47,8 @@ async def rollup_hours(database: Database, since: datetime, until: datetime) -> 
                 charged=r.charged,
                 device_seconds=r.device_seconds,
                 device_cost=r.device_cost,
+                batch_requests=r.batch_requests,
+                batch_charged=r.batch_charged,
             )
             for r in rows
         )
