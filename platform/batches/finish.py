@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import update
@@ -117,11 +118,15 @@ class Finisher:
         ]
 
     async def _save(self, batch: Batch, kind: str, content: bytes) -> str:
+        """A file of the batch's, expiring as its `output_expires_after` says (else after
+        the files' retention)."""
+        seconds = batch.output_expires_after_s
         row = await self._files.save(
             batch.tenant_id,
             filename=f"{batch.id}_{kind}.jsonl",
             purpose=OUTPUT_PURPOSE,
             content=content,
+            expires_after=timedelta(seconds=seconds) if seconds is not None else None,
         )
         return row.id
 

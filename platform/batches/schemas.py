@@ -18,7 +18,7 @@ class BatchCreate(Struct, kw_only=True):
     endpoint: str
     completion_window: str
     metadata: Annotated[dict[MetadataKey, MetadataValue], Meta(max_length=16)] | None = None
-    output_expires_after: dict[str, Any] | None = None  # accepted; outputs follow retention
+    output_expires_after: dict[str, Any] | None = None  # checked by the service
 
 
 class BatchError(Struct, kw_only=True):

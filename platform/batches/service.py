@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -54,12 +55,39 @@ WINDOWS = {"24h": timedelta(hours=24)}
 # The reservation outlives the window a little: a batch finishing at its deadline still
 # settles against it (a reservation never settled is given back when this lapses).
 RESERVATION_GRACE = timedelta(hours=1)
+OUTPUT_EXPIRY_S = (3600, 30 * 86400)  # OpenAI's bounds of `output_expires_after.seconds`
 _BUDGET_WORDS = {
     "tokens_day": "daily token budget",
     "tokens_month": "monthly token budget",
     "spend_day": "daily spend budget",
     "spend_month": "monthly spend budget",
 }
+
+
+def _output_expiry(value: dict[str, Any] | None) -> int | None:
+    """OpenAI's `output_expires_after`: seconds after each output or error file is made
+    (anchor `created_at`, the file's) that it expires, 1 hour to 30 days; None: not set."""
+    if value is None:
+        return None
+    unknown = set(value) - {"anchor", "seconds"}
+    if unknown:
+        raise InvalidRequest(
+            f"output_expires_after has no field {sorted(unknown)[0]!r}",
+            param=f"output_expires_after.{sorted(unknown)[0]}",
+        )
+    if value.get("anchor") != "created_at":
+        raise InvalidRequest(
+            "output_expires_after.anchor must be created_at", param="output_expires_after.anchor"
+        )
+    seconds = value.get("seconds")
+    low, high = OUTPUT_EXPIRY_S
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not low <= seconds <= high:
+        raise InvalidRequest(
+            f"output_expires_after.seconds must be an integer between {low} (1 hour) and "
+            f"{high} (30 days)",
+            param="output_expires_after.seconds",
+        )
+    return seconds
 
 
 def _tenant(principal: Principal) -> str:
@@ -98,6 +126,7 @@ class BatchService(BatchBook):
         window = WINDOWS.get(body.completion_window)
         if window is None:
             raise InvalidRequest("completion_window must be 24h", param="completion_window")
+        output_expires_after_s = _output_expiry(body.output_expires_after)
         try:
             file = await self._files.get(tenant_id, body.input_file_id)
         except NotFound:
@@ -117,6 +146,7 @@ class BatchService(BatchBook):
             model=checked.model or "",
             input_file_id=file.id,
             completion_window=body.completion_window,
+            output_expires_after_s=output_expires_after_s,
             batch_metadata=body.metadata,
             created_at=now,
             expires_at=now + window,

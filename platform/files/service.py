@@ -132,8 +132,11 @@ class FileStore:
         purpose: str,
         content: bytes,
         lines: int | None = None,
+        expires_after: timedelta | None = None,
     ) -> StoredFile:
-        """Store `content` sealed as a new file of the tenant (uploads and batch outputs)."""
+        """Store `content` sealed as a new file of the tenant (uploads and batch outputs).
+        `expires_after`: its life from now (a batch's `output_expires_after`); None: the
+        files' retention."""
         file_id = f"file-{secrets.token_hex(12)}"
         now = utcnow()
         row = StoredFile(
@@ -145,7 +148,7 @@ class FileStore:
             lines=count_lines(content) if lines is None else lines,
             storage="volume" if self._volume is not None else "database",
             created_at=now,
-            expires_at=now + self.limits.retention,
+            expires_at=now + (expires_after or self.limits.retention),
         )
         sealed = await asyncio.to_thread(self._sealer.seal, content, tenant_id, file_id)
         if self._volume is not None:  # the content first: a row never points at nothing
