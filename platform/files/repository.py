@@ -63,3 +63,10 @@ async def expired_files(
 async def delete_files(session: AsyncSession, file_ids: Sequence[str]) -> None:
     """Rows and their blobs (the blobs go with them: ON DELETE CASCADE)."""
     await session.execute(delete(StoredFile).where(StoredFile.id.in_(file_ids)))
+
+
+async def existing_ids(session: AsyncSession, file_ids: Sequence[str]) -> set[str]:
+    """Which of `file_ids` have a row (any tenant's, expired or not): the orphan sweep's
+    question, asked by a system job, not on a tenant's behalf."""
+    statement = select(StoredFile.id).where(StoredFile.id.in_(file_ids))
+    return set((await session.scalars(statement)).all())

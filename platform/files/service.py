@@ -45,6 +45,9 @@ UPLOAD_PURPOSES = ("batch",)
 OUTPUT_PURPOSE = "batch_output"
 MAX_FILENAME = 255
 PURGE_BATCH = 500  # files deleted per transaction by the purge
+# A volume blob with no row is removed once it is this old: younger, its row may still be
+# on its way (a blob is written before its row is committed).
+ORPHAN_GRACE = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -248,3 +251,28 @@ class FileStore:
                     if kind == "volume":
                         await self._volume.remove(tenant_id, file_id)
             deleted += len(expired)
+
+    async def sweep_orphans(self, now: datetime, grace: timedelta = ORPHAN_GRACE) -> int:
+        """Remove the volume's blobs that no row names, written more than `grace` ago: a
+        gateway that died between writing a blob and committing its row, or between
+        deleting a row and its blob (the order of both: a row never names a missing blob),
+        and temporary files of writes cut short. How many went."""
+        if self._volume is None:
+            return 0
+        volume = self._volume
+        found = await asyncio.to_thread(volume.older_than, (now - grace).timestamp())
+        removed = 0
+        for start in range(0, len(found), PURGE_BATCH):
+            chunk = found[start : start + PURGE_BATCH]
+            async with self._database.session() as session:
+                named = await repository.existing_ids(session, [name for _, name in chunk])
+            for tenant_id, name in chunk:
+                if name in named:
+                    continue
+                await asyncio.to_thread((volume.directory / tenant_id / name).unlink, True)
+                removed += 1
+            log.info(
+                "files volume swept",
+                extra={"checked": start + len(chunk), "of": len(found), "removed": removed},
+            )
+        return removed

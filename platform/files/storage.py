@@ -45,6 +45,26 @@ class VolumeBlobs:
     async def remove(self, tenant_id: str, file_id: str) -> None:
         await asyncio.to_thread(self.path(tenant_id, file_id).unlink, missing_ok=True)
 
+    def older_than(self, cutoff: float) -> list[tuple[str, str]]:
+        """(tenant, name) of every blob on the volume last written before `cutoff` (epoch
+        s), temporary files of a write that never finished (`.<id>.<hex>`) among them.
+        Blocking: run it in a thread."""
+        found: list[tuple[str, str]] = []
+        if not self.directory.is_dir():
+            return found
+        for tenant in os.scandir(self.directory):
+            if not tenant.is_dir(follow_symlinks=False):
+                continue
+            for entry in os.scandir(tenant.path):
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                try:
+                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                        found.append((tenant.name, entry.name))
+                except FileNotFoundError:  # removed meanwhile
+                    continue
+        return found
+
     @staticmethod
     def _write(path: Path, data: bytes) -> None:
         """Whole or not at all: a temporary file, fsync'd, renamed over the final name."""

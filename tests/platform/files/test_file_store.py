@@ -4,16 +4,24 @@ periodic job deletes), and another server secret reads as absent but can still d
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import FileBlob, StoredFile, Tenant
 from hydrant.platform.db.session import Database
-from hydrant.platform.errors import InvalidRequest, NotFound, PayloadTooLarge, PermissionDenied
+from hydrant.platform.errors import (
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    ServiceUnavailable,
+)
 from hydrant.platform.files.deps import build_file_store
 from hydrant.platform.files.service import FileStore
 from hydrant.platform.files.tasks import PURGE_FILES
@@ -155,8 +163,53 @@ async def test_expired_files_are_never_read_and_the_purge_job_deletes_them(
     settings = load_settings({}, data_dir=tmp_path, files_dir=volume)
     ctx = JobContext(settings, tenants, mailer=None, enqueue=lambda *_: None)  # type: ignore[arg-type]
     ctx.__dict__["server_secret"] = SECRET  # the cached property, as the job would read it
-    assert await JOB_TABLE.job_named(PURGE_FILES).fn(ctx) == {"deleted": 1}
+    assert await JOB_TABLE.job_named(PURGE_FILES).fn(ctx) == {"deleted": 1, "orphans_removed": 0}
     assert not (volume / "ten_a" / old.id).exists()
     assert (volume / "ten_a" / new.id).exists()
     async with tenants.session() as session:
         assert set(await session.scalars(select(StoredFile.id))) == {new.id}
+
+
+async def test_the_purge_job_sweeps_volume_blobs_no_row_names_once_past_the_grace(
+    tenants: Database, tmp_path: Path
+) -> None:
+    """A gateway that died between writing a blob and committing its row, or between
+    deleting a row and its blob, or mid-write: the blob goes once it is an hour old; a
+    young one (its row may be on its way) and every blob with a row stay."""
+    volume = tmp_path / "files"
+    store = _store(tenants, tmp_path, files_dir=volume)
+    kept = await store.upload("ten_a", filename="kept", purpose="batch", content=LINE)
+    deleted = await store.upload("ten_b", filename="gone", purpose="batch", content=LINE)
+    async with tenants.session() as session:  # the row deleted, the blob never removed
+        await session.execute(delete(StoredFile).where(StoredFile.id == deleted.id))
+    crashed = volume / "ten_a" / "file-crashedbeforeitsrow"
+    half_written = volume / "ten_b" / ".file-halfwritten.abcd1234"
+    young = volume / "ten_a" / "file-rowonitsway"
+    for path in (crashed, half_written, young):
+        path.write_bytes(b"sealed")
+    two_hours_ago = time.time() - 7200
+    for path in (crashed, half_written, volume / "ten_a" / kept.id, volume / "ten_b" / deleted.id):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+
+    settings = load_settings({}, data_dir=tmp_path, files_dir=volume)
+    ctx = JobContext(settings, tenants, mailer=None, enqueue=lambda *_: None)  # type: ignore[arg-type]
+    ctx.__dict__["server_secret"] = SECRET
+    assert await JOB_TABLE.job_named(PURGE_FILES).fn(ctx) == {"deleted": 0, "orphans_removed": 3}
+    left = {p.relative_to(volume).as_posix() for p in volume.rglob("*") if p.is_file()}
+    assert left == {f"ten_a/{kept.id}", "ten_a/file-rowonitsway"}
+    assert await store.content("ten_a", kept.id) == LINE
+    later = utcnow() + timedelta(hours=2)  # the young one, still without a row, goes later
+    assert await store.sweep_orphans(later) == 1
+    assert await store.sweep_orphans(later) == 0
+
+
+async def test_a_volume_write_whose_row_fails_leaves_neither_row_nor_blob(
+    tenants: Database, tmp_path: Path
+) -> None:
+    """The blob is written first and removed when the row cannot be committed: a row never
+    names a missing blob, and a failed save leaves nothing behind."""
+    volume = tmp_path / "files"
+    store = _store(tenants, tmp_path, files_dir=volume)
+    with pytest.raises(ServiceUnavailable):  # no such tenant: the row's insert fails
+        await store.upload("ten_gone", filename="x", purpose="batch", content=LINE)
+    assert [p for p in volume.rglob("*") if p.is_file()] == []
