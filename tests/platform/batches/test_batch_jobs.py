@@ -85,7 +85,7 @@ def test_a_celery_worker_opens_a_runtime_only_for_the_jobs_that_need_one(tmp_pat
         "outcome": "no engines reachable here",  # a runtime, but not a batch runner
     }
     assert opened == ["open"]
-    assert app.tasks["hydrant.files.purge"].run() == {"deleted": 0}
+    assert app.tasks["hydrant.files.purge"].run() == {"deleted": 0, "orphans_removed": 0}
     assert opened == ["open"]  # not for a job that needs none
 
 
