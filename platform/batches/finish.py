@@ -31,7 +31,7 @@ from hydrant.platform.sealing import Unopenable
 
 log = logging.getLogger(__name__)
 
-_OPEN = ("in_progress", "cancelling", "finalizing")
+_OPEN = ("validating", "in_progress", "cancelling", "finalizing")
 
 
 class Finisher:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select, update
+from sqlalchemy import Select, and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.auth.principal import Principal
@@ -24,6 +24,17 @@ from hydrant.platform.reports.repository import exact_sum
 UNFINISHED = ("validating", "in_progress", "finalizing", "cancelling")
 # Batches a runner has work on: lines to run, or a final status to reach.
 WORKABLE = ("in_progress", "finalizing", "cancelling")
+# A batch still `validating` this long after it was written had its creation cut short
+# (its gateway died between writing it and holding its reservation): a runner fails it
+# and gives back whatever it may hold. Creation takes well under a second past that point.
+CREATION_GRACE = timedelta(minutes=5)
+
+
+def _workable(now: datetime) -> Any:
+    return or_(
+        Batch.status.in_(WORKABLE),
+        and_(Batch.status == "validating", Batch.created_at < now - CREATION_GRACE),
+    )
 
 
 # How a reader's statements are restricted to what it may see (`BatchBook._visible`).
@@ -115,12 +126,30 @@ async def claim(
         update(Batch)
         .where(
             Batch.id == batch_id,
-            Batch.status.in_(WORKABLE),
+            _workable(now),
             or_(Batch.lease_until.is_(None), Batch.lease_until < now, Batch.lease_owner == owner),
         )
         .values(lease_owner=owner, lease_until=now + lease)
     )
     return bool(getattr(result, "rowcount", 0))
+
+
+async def start(
+    session: AsyncSession, batch_id: str, now: datetime, reservation: dict[str, Any] | None
+) -> bool:
+    """A made batch's `validating` → `in_progress`, with the reservation as admitted; False
+    if it is no longer validating (the sweep failed it as a creation cut short)."""
+    result = await session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id, Batch.status == "validating")
+        .values(status="in_progress", in_progress_at=now, reservation=reservation)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+async def forget_unstarted(session: AsyncSession, batch_id: str) -> None:
+    """A batch refused after it was written (its reservation did not fit): never made."""
+    await session.execute(delete(Batch).where(Batch.id == batch_id, Batch.status == "validating"))
 
 
 async def release(session: AsyncSession, batch_id: str, owner: str) -> None:
@@ -132,13 +161,11 @@ async def release(session: AsyncSession, batch_id: str, owner: str) -> None:
 
 
 async def unleased(session: AsyncSession, now: datetime, limit: int = 100) -> list[str]:
-    """Batches with work and no live runner: never started, or their runner died."""
+    """Batches with work and no live runner: never started, or their runner died (or
+    their creation was cut short)."""
     statement = (
         select(Batch.id)
-        .where(
-            Batch.status.in_(WORKABLE),
-            or_(Batch.lease_until.is_(None), Batch.lease_until < now),
-        )
+        .where(_workable(now), or_(Batch.lease_until.is_(None), Batch.lease_until < now))
         .order_by(Batch.created_at)
         .limit(limit)
     )

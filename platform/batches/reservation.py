@@ -63,11 +63,6 @@ def from_json(value: dict[str, Any] | None) -> Admission | None:
     )
 
 
-def released(admission: Admission) -> dict[str, int]:
-    """The `actual` that gives a reservation never used back whole (a batch not made)."""
-    return {check.name: 0 for check in admission.checks if isinstance(check, BudgetCheck)}
-
-
 @dataclass(frozen=True)
 class HeldState:
     """A batch reservation's durable state, as of `version` (its stored lines' count)."""
@@ -103,3 +98,9 @@ async def resync(
     held = budget_amounts(admission, tokens=state.held_tokens, micros=state.held_micros)
     spent = budget_amounts(admission, tokens=state.spent_tokens, micros=state.spent_micros)
     await backend.resync(admission, state.version, held, spent)
+
+
+async def release_unused(backend: QuotaBackend, reservation: dict[str, Any] | None) -> None:
+    """Give back whole a reservation no line used (a batch not made, or whose creation
+    was cut short: admitted or not, nothing is held after this)."""
+    await resync(backend, reservation, HeldState(FINAL_VERSION, 0, 0, 0, 0))

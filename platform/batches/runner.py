@@ -149,6 +149,10 @@ class BatchRunner:
 
     async def _work(self, batch_id: str, owner: str) -> str:
         batch = await self._batch(batch_id)
+        if batch.status == "validating":  # claimed only once its creation is long dead
+            return await self._finisher.fail(
+                batch, "creation_interrupted", "the batch's creation was cut short; create it again"
+            )
         if batch.status == "cancelling":
             return await self._finisher.finish(batch, "cancelled")
         if batch.status == "finalizing":  # a finish cut short: all its lines ran

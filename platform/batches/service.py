@@ -25,7 +25,7 @@ from hydrant.platform.auth.principal import Principal
 from hydrant.platform.batches import repository
 from hydrant.platform.batches.book import RUN_JOB, BatchBook
 from hydrant.platform.batches.lines import ENDPOINTS, Checked, check_file
-from hydrant.platform.batches.reservation import released, to_json
+from hydrant.platform.batches.reservation import release_unused, to_json
 from hydrant.platform.batches.schemas import BatchCreate
 from hydrant.platform.billing.money import from_micro_units, round_money
 from hydrant.platform.billing.pricing import Price
@@ -45,7 +45,7 @@ from hydrant.platform.files.service import FileStore
 from hydrant.platform.inference.deps import InferenceApi
 from hydrant.platform.jobs.after_commit import Enqueue, enqueue_after_commit
 from hydrant.platform.quotas import QuotaBackend, QuotaBackendUnavailable, QuotaExceeded
-from hydrant.platform.quotas.checks import Admission
+from hydrant.platform.quotas.checks import Admission, BudgetCheck
 from hydrant.platform.quotas.credit_check import CREDIT, NO_CREDITS, CreditSource, CreditStanding
 from hydrant.platform.quotas.plan import TenantQuota, batch_checks
 
@@ -160,25 +160,43 @@ class BatchService(BatchBook):
         price = self._batch_price(batch.model) or Price(Decimal(0), Decimal(0))
         micros = sum(cost.micros(price) for cost in checked.costs.values())
         reserved_money = from_micro_units(micros)
-        admission = await self._reserve(principal, checked, reserved_money, window)
-        batch.status, batch.in_progress_at = "in_progress", now
+        checks, standing = await self._checks(principal, checked, reserved_money, window)
+        batch.status = "validating"  # until its reservation is held
         batch.request_total = len(checked.costs)
         batch.enqueued_tokens = checked.prompt_tokens
         batch.reserved_tokens = batch.held_tokens = checked.tokens
         batch.reserved_charge, batch.held_micros = reserved_money, micros
-        batch.reservation = to_json(admission) if admission is not None else None
+        # Written down before it is admitted, under the batch's id: a crash in between
+        # leaves a `validating` batch that names it, which the sweep fails and releases.
+        unadmitted = Admission(reservation_id=batch.id, checks=checks)
+        batch.reservation = to_json(unadmitted) if checks else None
         batch.price_input_per_mtok = price.input_per_million
         batch.price_cached_input_per_mtok = price.cached_rate
         batch.price_output_per_mtok = price.output_per_million
+        async with self._session() as session:
+            await self._enqueue_within_limit(session, principal, batch)
+        try:
+            admission = await self._admit(
+                principal, checked, reserved_money, checks, standing, batch.id
+            )
+        except BaseException:
+            async with self._session() as session:  # refused: nothing is made
+                await repository.forget_unstarted(session, batch.id)
+            raise
+        reservation = to_json(admission) if admission is not None else None
         try:
             async with self._session() as session:
-                await self._enqueue_within_limit(session, principal, batch)
+                if not await repository.start(session, batch.id, now, reservation):
+                    raise ServiceUnavailable(  # the sweep took it for an interrupted one
+                        "the batch could not be started in time; create it again",
+                        retry_after=2,
+                    )
                 if self.enqueue is not None:
                     enqueue_after_commit(session, self.enqueue, RUN_JOB, batch_id=batch.id)
         except BaseException:
-            if admission is not None:  # not made: give the reservation back
-                await self._backend.settle(admission, released(admission))
+            await release_unused(self._backend, reservation)  # not made: given back
             raise
+        batch.status, batch.in_progress_at, batch.reservation = "in_progress", now, reservation
         log.info(
             "batch created",
             extra={"batch_id": batch.id, "tenant_id": tenant_id, "lines": batch.request_total},
@@ -214,9 +232,11 @@ class BatchService(BatchBook):
                 retry_after=60,
             )
 
-    async def _reserve(
+    async def _checks(
         self, principal: Principal, checked: Checked, money: Decimal, window: timedelta
-    ) -> Admission | None:
+    ) -> tuple[tuple[BudgetCheck, ...], CreditStanding | None]:
+        """What the batch reserves (its tenant's budgets, a prepaid tenant's credits) for
+        its whole window, and the prepaid standing it was measured against."""
         standing: CreditStanding | None = None
         if principal.plan is not None and principal.plan.prepaid:
             standing = NO_CREDITS
@@ -231,10 +251,21 @@ class BatchService(BatchBook):
             lease_s=(window + RESERVATION_GRACE).total_seconds(),
             credit=standing,
         )
+        return checks, standing
+
+    async def _admit(
+        self,
+        principal: Principal,
+        checked: Checked,
+        money: Decimal,
+        checks: tuple[BudgetCheck, ...],
+        standing: CreditStanding | None,
+        batch_id: str,
+    ) -> Admission | None:
         if not checks:
             return None
         try:
-            return await self._backend.admit(checks)
+            return await self._backend.admit(checks, batch_id)
         except QuotaExceeded as exc:
             refusal = exc.refusal
             if standing is not None and any(r.limit_name == CREDIT for r in exc.refusals):

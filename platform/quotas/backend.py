@@ -13,8 +13,10 @@ from hydrant.platform.quotas.checks import Admission, Check, LimitUsage
 
 
 class QuotaBackend(Protocol):
-    async def admit(self, checks: Sequence[Check]) -> Admission:
-        """Check and consume every limit atomically; raise `QuotaExceeded` consuming nothing."""
+    async def admit(self, checks: Sequence[Check], reservation_id: str | None = None) -> Admission:
+        """Check and consume every limit atomically; raise `QuotaExceeded` consuming nothing.
+        `reservation_id`: the id to hold it under (a batch's, written down before it is
+        admitted, so a crash in between leaves a reservation that can be found); None: new."""
         ...
 
     async def settle(self, admission: Admission, actual: Mapping[str, int] | None = None) -> None:

@@ -82,15 +82,17 @@ class GuardedQuotaBackend:
             return "refusing requests (fail closed)"
         return "admitting requests without limits (fail open)"
 
-    async def admit(self, checks: Sequence[Check]) -> Admission:
+    async def admit(self, checks: Sequence[Check], reservation_id: str | None = None) -> Admission:
         try:
-            admission = await self._inner.admit(checks)
+            admission = await self._inner.admit(checks, reservation_id)
         except QuotaBackendUnavailable as exc:
             self.outage.failure(exc, self._consequence)
             if self.mode is FailureMode.CLOSED:
                 raise
             return Admission(
-                reservation_id=uuid.uuid4().hex, checks=validate_checks(checks), metered=False
+                reservation_id=reservation_id or uuid.uuid4().hex,
+                checks=validate_checks(checks),
+                metered=False,
             )
         self.outage.success()
         return admission

@@ -82,7 +82,7 @@ class InMemoryQuotaBackend:
         self._budgets: dict[str, _Budget] = {}
         self._next_sweep = 0.0
 
-    async def admit(self, checks: Sequence[Check]) -> Admission:
+    async def admit(self, checks: Sequence[Check], reservation_id: str | None = None) -> Admission:
         plan = validate_checks(checks)
         now = self._clock()
         for check in plan:
@@ -92,7 +92,7 @@ class InMemoryQuotaBackend:
         refusals = [r for r in (self._evaluate(c, now) for c in plan) if r is not None]
         if refusals:
             raise QuotaExceeded(refusals, self._window_states(plan, now))
-        rid = uuid.uuid4().hex
+        rid = reservation_id or uuid.uuid4().hex
         for check in plan:
             self._consume(check, rid, now)
         self._sweep(now)

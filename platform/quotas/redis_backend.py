@@ -139,9 +139,9 @@ class RedisQuotaBackend:
         except _UNAVAILABLE as exc:
             raise QuotaBackendUnavailable(f"Redis is unavailable: {type(exc).__name__}") from exc
 
-    async def admit(self, checks: Sequence[Check]) -> Admission:
+    async def admit(self, checks: Sequence[Check], reservation_id: str | None = None) -> Admission:
         plan = validate_checks(checks)
-        rid = uuid.uuid4().hex
+        rid = reservation_id or uuid.uuid4().hex
         reply = [int(v) for v in cast(list[int], await self._run(_ADMIT, plan, rid))]
         if reply[0] == 1:
             return Admission(reservation_id=rid, checks=plan, windows=_windows(plan, reply[1:]))

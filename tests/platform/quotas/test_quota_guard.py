@@ -35,9 +35,9 @@ class FlakyBackend(InMemoryQuotaBackend):
         if self.down:
             raise QuotaBackendUnavailable("Redis is unavailable: ConnectionError")
 
-    async def admit(self, checks: Sequence[Check]) -> Admission:
+    async def admit(self, checks: Sequence[Check], reservation_id: str | None = None) -> Admission:
         self._fail()
-        return await super().admit(checks)
+        return await super().admit(checks, reservation_id)
 
     async def settle(self, admission: Admission, actual: Mapping[str, int] | None = None) -> None:
         self._fail()
