@@ -7,12 +7,14 @@ each one through `serving.start_body` as a `/v1` request would go: same preparat
 admission, dispatch and rendering, at the lowest engine priority. A pool at zero is
 woken by the first line, as by any request.
 
-Exactly once: a line's result and its one ledger entry (at the batch price, keyed by
-the line's request id) are written in one transaction, and only a stored line counts
-or is skipped on resume. A line cut off mid-run (the gateway killed, the database
-away when it ended) stored nothing and was billed nothing; it runs again. Lines the
-engine could not take now (503, 429: a pool waking, a full lane) are retried, never
-failed; lines the endpoint refuses (4xx) are stored as error lines.
+Exactly once: a line's result, its one ledger entry (at the batch price, keyed by the
+line's request id) and its settlement of the batch's reservation (its share given back,
+its charge counted: reservation.py) are written in one transaction, and only a stored
+line counts or is skipped on resume; the quota store is then resynced to the row. A
+line cut off mid-run (the gateway killed, the database away when it ended) stored,
+billed and settled nothing; it runs again. Lines the engine could not take now (503,
+429: a pool waking, a full lane) are retried, never failed; lines the endpoint refuses
+(4xx) are stored as error lines.
 
 Between lines the runner renews its lease and reads the batch's status: `cancelling`
 stops new lines (running ones finish and are billed), the end of the window stops them

@@ -1,12 +1,15 @@
 """The Batch API's rules: what a batch may hold, what it reserves, who sees it, cancelling.
 
 Making a batch checks its whole file first (lines.py): a file with any bad line makes
-a `failed` batch whose `errors` name the lines, before any work. A good file's batch
-reserves its maximum cost at the model's batch price against the tenant's budgets (a
-reservation over a budget refuses the batch: 429, nothing made) and its prompt tokens
-against the plan's batch queue limit (`batch_queue_tokens`, per model, OpenAI's
-enqueued-token limit), then starts `in_progress`; the runner (runner.py) does the rest.
-A batch is its tenant's alone: another tenant's id is a 404.
+a `failed` batch whose `errors` name the lines, before any work. A good file's batch is
+written `validating` with its prompt tokens counted against the plan's batch queue limit
+(`batch_queue_tokens`, per model, OpenAI's enqueued-token limit; checked atomically with
+the write) and its reservation named on it; then its maximum cost at the model's batch
+price is reserved against the tenant's budgets under the batch's id (over a budget: 429,
+the row removed, nothing made), and it starts `in_progress`; the runner (runner.py) does
+the rest. A gateway dying between the write and the start leaves a `validating` batch
+the sweep fails, giving its reservation back (repository.CREATION_GRACE). A batch is its
+tenant's alone: another tenant's id is a 404.
 """
 
 from __future__ import annotations
@@ -180,8 +183,11 @@ class BatchService(BatchBook):
                 principal, checked, reserved_money, checks, standing, batch.id
             )
         except BaseException:
-            async with self._session() as session:  # refused: nothing is made
-                await repository.forget_unstarted(session, batch.id)
+            try:  # refused: nothing is made
+                async with self._session() as session:
+                    await repository.forget_unstarted(session, batch.id)
+            except Exception:  # left `validating`: the sweep fails it; the refusal stands
+                log.warning("a refused batch could not be removed", extra={"batch_id": batch.id})
             raise
         reservation = to_json(admission) if admission is not None else None
         try:
