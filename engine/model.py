@@ -25,6 +25,7 @@ calls of the same row, with the scales as keyword arguments (the row's
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,9 @@ from hydrant.engine.kv_cache import KVCache
 from hydrant.kernels.reference_backend import REFERENCE
 from hydrant.kernels.rope_cache import build_rope_cache
 from hydrant.kernels.table import KernelBackend
+
+if TYPE_CHECKING:
+    from hydrant.engine.lora_batch import LayerLora, LoraBatch, Parts
 
 
 class RMSNorm(nn.Module):
@@ -65,6 +69,10 @@ class Attention(nn.Module):
             config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias
         )
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_bias)
+        # where each LoRA target's output lies in the fused projections' outputs
+        q, kv = self.q_size, self.kv_size
+        self.qkv_parts: Parts = (("q_proj", 0, q), ("k_proj", q, kv), ("v_proj", q + kv, kv))
+        self.o_parts: Parts = (("o_proj", 0, config.hidden_size),)
         self.q_norm: RMSNorm | None = None
         self.k_norm: RMSNorm | None = None
         if config.qk_norm:
@@ -78,9 +86,12 @@ class Attention(nn.Module):
         kv_cache: KVCache,
         meta: AttentionMetadata,
         cos_sin_cache: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> torch.Tensor:
         num_tokens = hidden.shape[0]
         qkv = self.qkv_proj(hidden)
+        if lora is not None:
+            lora.add(qkv, hidden, self.qkv_parts)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
@@ -127,7 +138,11 @@ class Attention(nn.Module):
                 )
             )
         out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-        return self.o_proj(out.reshape(num_tokens, self.q_size))
+        attn = out.reshape(num_tokens, self.q_size)
+        projected = self.o_proj(attn)
+        if lora is not None:
+            lora.add(projected, attn, self.o_parts)
+        return projected
 
 
 class MLP(nn.Module):
@@ -137,9 +152,18 @@ class MLP(nn.Module):
         inter = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * inter, bias=config.mlp_bias)
         self.down_proj = nn.Linear(inter, config.hidden_size, bias=config.mlp_bias)
+        self.gate_up_parts: Parts = (("gate_proj", 0, inter), ("up_proj", inter, inter))
+        self.down_parts: Parts = (("down_proj", 0, config.hidden_size),)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor, lora: LayerLora | None = None) -> torch.Tensor:
+        if lora is None:
+            return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+        gate_up = self.gate_up_proj(x)
+        lora.add(gate_up, x, self.gate_up_parts)
+        act = self.ops.silu_and_mul(gate_up)
+        out = self.down_proj(act)
+        lora.add(out, act, self.down_parts)
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -158,11 +182,12 @@ class DecoderLayer(nn.Module):
         kv_cache: KVCache,
         meta: AttentionMetadata,
         cos_sin_cache: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         normed, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, normed, kv_cache, meta, cos_sin_cache)
+        hidden = self.self_attn(positions, normed, kv_cache, meta, cos_sin_cache, lora)
         normed, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(normed), residual
+        return self.mlp(normed, lora), residual
 
 
 class LlamaModel(nn.Module):
@@ -212,14 +237,23 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,
         kv_caches: list[KVCache],
         meta: AttentionMetadata,
+        lora: LoraBatch | None = None,
     ) -> torch.Tensor:
+        """`lora`: the step's adapter slots (engine/lora_batch.py); None runs the base model
+        alone, the same code as without LoRA support."""
         if self.cos_sin_cache is None:
             raise RuntimeError("init_rope() must run before the first forward")
         hidden = self.model.embed_tokens(input_ids)
         residual: torch.Tensor | None = None
-        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+        for index, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
             hidden, residual = layer(
-                positions, hidden, residual, kv_cache, meta, self.cos_sin_cache
+                positions,
+                hidden,
+                residual,
+                kv_cache,
+                meta,
+                self.cos_sin_cache,
+                None if lora is None else lora.layer(index),
             )
         hidden, _ = self.model.norm(hidden, residual)
         return hidden
