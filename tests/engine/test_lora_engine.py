@@ -30,6 +30,7 @@ from hydrant.engine.outputs import RequestOutput
 from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.sequence import Request
+from hydrant.kernels.triton_backend import triton_interpreter_enabled
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -194,3 +195,29 @@ def test_preemption_recomputes_with_the_same_adapter(
     got = {rid: _tokens(out) for rid, out in _drain(tight).items()}
     assert tight.scheduler.num_preemptions > 0
     assert got == want
+
+
+@pytest.mark.skipif(
+    not triton_interpreter_enabled(), reason="the Triton kernels on the CPU need TRITON_INTERPRET=1"
+)
+def test_the_triton_kernels_serve_a_mixed_batch_like_the_cpu_row(
+    engines: EngineTracker, base: Path, adapters: dict[str, AdapterRef]
+) -> None:
+    """What CUDA runs (SGMV/BGMV launchers, interpreted) on the engine's real stacks, rank
+    slices and fused-output column views: the same tokens and logits as the CPU row."""
+    prompts = random_prompts(4, 9, 30, seed=13)
+    refs: list[AdapterRef | None] = [None, *adapters.values()]
+    results = []
+    for kernels in ("auto", "triton"):
+        engine = engines.make(base, kernels=kernels)
+        seen = record_logits(engine)
+        for i, (prompt, ref) in enumerate(zip(prompts, refs, strict=True)):
+            _submit(engine, f"r{i}", prompt, ref, 4)
+        finals = _drain(engine)
+        results.append(({rid: _tokens(out) for rid, out in finals.items()}, seen))
+    (cpu_tokens, cpu_logits), (triton_tokens, triton_logits) = results
+    assert triton_tokens == cpu_tokens
+    for rid, rows in cpu_logits.items():
+        torch.testing.assert_close(
+            torch.stack(triton_logits[rid]), torch.stack(rows), rtol=0, atol=TOLERANCE
+        )
