@@ -6,8 +6,9 @@ Prefill rows come in chunks of one sequence, so one adapter each: they go to SGM
 segments. A step in which no sequence has an adapter builds no `LoraBatch` at all, and
 the model runs exactly the code it runs without LoRA (bit for bit the same rows).
 
-The stacks are cut to the largest rank in the step (`A[:, :r]`, `B[:, :, :r]`, strided
-views): a step of rank-8 adapters does rank-8 work even when slots are padded to 64.
+The stacks are cut to the largest rank in the step (`A[:, :r*P]`, `B[:, :, :r*P]`,
+strided views; see lora_slots.py for the layout): a step of rank-8 adapters does rank-8
+work even when slots are padded to 64.
 """
 
 from __future__ import annotations
@@ -16,11 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hydrant.engine.lora_slots import LoraSlots, Stack
+from hydrant.engine.lora_slots import FUSED, LoraSlots, Stack
 from hydrant.kernels.table import KernelBackend
-
-# (projection, first output column, width) of each target inside a fused linear's output
-Parts = tuple[tuple[str, int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -40,32 +38,31 @@ class LoraBatch:
 
 @dataclass(frozen=True)
 class LayerLora:
-    """The step's LoRA for one decoder layer: adds each target's delta into its output."""
+    """The step's LoRA for one decoder layer: adds the deltas into a fused projection's output."""
 
     batch: LoraBatch
     stacks: dict[str, Stack]
 
-    def add(self, y: torch.Tensor, x: torch.Tensor, parts: Parts) -> None:
+    def add(self, y: torch.Tensor, x: torch.Tensor, fused: str) -> None:
+        """`y = fused(x)` gets every row's adapter delta (of all the parts it holds)."""
+        stack = self.stacks.get(fused)
+        if stack is None:  # no resident adapter targets any of its parts
+            return
         batch, n_dec = self.batch, self.batch.num_decode
-        for module, first, width in parts:
-            stack = self.stacks.get(module)
-            if stack is None:  # no resident adapter targets it
-                continue
-            a, b = stack
-            out = y[:, first : first + width]
-            if n_dec > 0:
-                batch.ops.lora_bgmv(out[:n_dec], x[:n_dec], a, b, batch.scales, batch.token_slots)
-            if n_dec < x.shape[0]:
-                batch.ops.lora_sgmv(
-                    out[n_dec:],
-                    x[n_dec:],
-                    a,
-                    b,
-                    batch.scales,
-                    batch.seg_starts,
-                    batch.seg_slots,
-                    batch.max_seg_len,
-                )
+        a, b = stack
+        if n_dec > 0:
+            batch.ops.lora_bgmv(y[:n_dec], x[:n_dec], a, b, batch.scales, batch.token_slots)
+        if n_dec < x.shape[0]:
+            batch.ops.lora_sgmv(
+                y[n_dec:],
+                x[n_dec:],
+                a,
+                b,
+                batch.scales,
+                batch.seg_starts,
+                batch.seg_slots,
+                batch.max_seg_len,
+            )
 
 
 def build_lora_batch(
@@ -82,7 +79,10 @@ def build_lora_batch(
         return None
     rank = max(slots.ranks[s] for s in used)
     stacks = [
-        {module: (a[:, :rank], b[:, :, :rank]) for module, (a, b) in layer.items()}
+        {
+            fused: (a[:, : rank * len(FUSED[fused])], b[:, :, : rank * len(FUSED[fused])])
+            for fused, (a, b) in layer.items()
+        }
         for layer in slots.stacks
     ]
     starts, longest = [0], 0

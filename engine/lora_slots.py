@@ -1,11 +1,17 @@
 """The adapters in device memory: `max_loras` slots of stacked LoRA weights, LRU-evicted.
 
-The SGMV/BGMV kernels take every adapter of a step from one stack per targeted projection
-(`A [slots, max_lora_rank, in]`, `B [slots, out, max_lora_rank]`), so an adapter is
-resident once it is copied into a slot; ranks below the maximum are zero-padded, which
-adds exactly nothing. A projection's stack is allocated when the first adapter that
-targets it arrives: an engine that never serves an adapter holds no LoRA memory, and one
-whose adapters touch only q/v holds no MLP stacks.
+The SGMV/BGMV kernels take every adapter of a step from one stack per fused projection of
+the model (`qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj`), so an adapter is resident
+once it is copied into a slot. A fused projection's P parts (q, k, v) share one stack:
+`A [slots, R*P, in]` holds rank row r of part p at r*P + p, and `B [slots, out, R*P]`
+is block-structured (part p's output columns read only its own rank columns), so one
+shrink and one expand serve all three and a step launches 4 LoRA ops per layer, not 7.
+Ranks below the maximum, and parts an adapter does not target, are zeros, which add
+exactly nothing; with the r-major order, `A[:, :r*P]` is the stack cut to rank r.
+
+A fused projection's stack is allocated when the first adapter that targets one of its
+parts arrives: an engine that never serves an adapter holds no LoRA memory, and one whose
+adapters touch only attention holds no MLP stacks.
 
 A slot is pinned by every running sequence that uses it; only an unpinned one is evicted,
 least recently used first, so a running request's weights never change under it.
@@ -20,7 +26,14 @@ import torch
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.lora_adapter import LoraAdapter, module_shapes
 
-Stack = tuple[torch.Tensor, torch.Tensor]  # A [slots, R, in], B [slots, out, R]
+Stack = tuple[torch.Tensor, torch.Tensor]  # A [slots, R * parts, in], B [slots, out, R * parts]
+# the model's fused projections and the adapter targets they hold, in output-column order
+FUSED: dict[str, tuple[str, ...]] = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "o_proj": ("o_proj",),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+    "down_proj": ("down_proj",),
+}
 
 
 class LoraSlots:
@@ -38,7 +51,7 @@ class LoraSlots:
         self.device = device
         self.num_layers = config.num_hidden_layers
         self.shapes = module_shapes(config)
-        # per layer: projection -> its stack (only projections some adapter targeted)
+        # per layer: fused projection -> its stack (only those some adapter targeted)
         self.stacks: list[dict[str, Stack]] = [{} for _ in range(self.num_layers)]
         self.scales = torch.zeros(num_slots, dtype=torch.float32, device=device)
         self.ranks = [0] * num_slots
@@ -88,28 +101,38 @@ class LoraSlots:
         return None
 
     def _load(self, slot: int, adapter: LoraAdapter) -> None:
-        for module in adapter.modules:
-            for held in self.stacks:
-                if module not in held:
-                    held[module] = self._new_stack(module)
+        for fused, parts in FUSED.items():
+            if adapter.modules & set(parts):
+                for held in self.stacks:
+                    if fused not in held:
+                        held[fused] = self._new_stack(parts)
+        rank = adapter.rank
         for layer, stacks in enumerate(self.stacks):
-            for module, (a_stack, b_stack) in stacks.items():
-                a_stack[slot].zero_()
-                b_stack[slot].zero_()
-                weights = adapter.weights.get((layer, module))
-                if weights is not None:
-                    a, b = weights
-                    a_stack[slot, : adapter.rank].copy_(a)
-                    b_stack[slot, :, : adapter.rank].copy_(b)
+            for fused, (a_stack, b_stack) in stacks.items():
+                parts = FUSED[fused]
+                a_view = a_stack[slot].view(self.max_rank, len(parts), -1)  # [R, P, in]
+                b_view = b_stack[slot].view(-1, self.max_rank, len(parts))  # [out, R, P]
+                a_view.zero_()
+                b_view.zero_()
+                first = 0
+                for index, module in enumerate(parts):
+                    width = self.shapes[module][1]
+                    weights = adapter.weights.get((layer, module))
+                    if weights is not None:
+                        a_view[:rank, index].copy_(weights[0])
+                        b_view[first : first + width, :rank, index].copy_(weights[1])
+                    first += width
         self.scales[slot] = adapter.scaling
         self.ranks[slot] = adapter.rank
         self.names[slot] = adapter.name
         self._slot_of[adapter.name] = slot
 
-    def _new_stack(self, module: str) -> Stack:
-        n_in, n_out = self.shapes[module]
+    def _new_stack(self, parts: tuple[str, ...]) -> Stack:
+        n_in = self.shapes[parts[0]][0]
+        n_out = sum(self.shapes[module][1] for module in parts)
+        width = self.max_rank * len(parts)
         dtype, device = self.dtype, self.device
         return (
-            torch.zeros(self.num_slots, self.max_rank, n_in, dtype=dtype, device=device),
-            torch.zeros(self.num_slots, n_out, self.max_rank, dtype=dtype, device=device),
+            torch.zeros(self.num_slots, width, n_in, dtype=dtype, device=device),
+            torch.zeros(self.num_slots, n_out, width, dtype=dtype, device=device),
         )

@@ -39,7 +39,7 @@ from hydrant.kernels.rope_cache import build_rope_cache
 from hydrant.kernels.table import KernelBackend
 
 if TYPE_CHECKING:
-    from hydrant.engine.lora_batch import LayerLora, LoraBatch, Parts
+    from hydrant.engine.lora_batch import LayerLora, LoraBatch
 
 
 class RMSNorm(nn.Module):
@@ -69,10 +69,6 @@ class Attention(nn.Module):
             config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias
         )
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_bias)
-        # where each LoRA target's output lies in the fused projections' outputs
-        q, kv = self.q_size, self.kv_size
-        self.qkv_parts: Parts = (("q_proj", 0, q), ("k_proj", q, kv), ("v_proj", q + kv, kv))
-        self.o_parts: Parts = (("o_proj", 0, config.hidden_size),)
         self.q_norm: RMSNorm | None = None
         self.k_norm: RMSNorm | None = None
         if config.qk_norm:
@@ -91,7 +87,7 @@ class Attention(nn.Module):
         num_tokens = hidden.shape[0]
         qkv = self.qkv_proj(hidden)
         if lora is not None:
-            lora.add(qkv, hidden, self.qkv_parts)
+            lora.add(qkv, hidden, "qkv_proj")
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
@@ -141,7 +137,7 @@ class Attention(nn.Module):
         attn = out.reshape(num_tokens, self.q_size)
         projected = self.o_proj(attn)
         if lora is not None:
-            lora.add(projected, attn, self.o_parts)
+            lora.add(projected, attn, "o_proj")
         return projected
 
 
@@ -152,17 +148,15 @@ class MLP(nn.Module):
         inter = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * inter, bias=config.mlp_bias)
         self.down_proj = nn.Linear(inter, config.hidden_size, bias=config.mlp_bias)
-        self.gate_up_parts: Parts = (("gate_proj", 0, inter), ("up_proj", inter, inter))
-        self.down_parts: Parts = (("down_proj", 0, config.hidden_size),)
 
     def forward(self, x: torch.Tensor, lora: LayerLora | None = None) -> torch.Tensor:
         if lora is None:
             return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
         gate_up = self.gate_up_proj(x)
-        lora.add(gate_up, x, self.gate_up_parts)
+        lora.add(gate_up, x, "gate_up_proj")
         act = self.ops.silu_and_mul(gate_up)
         out = self.down_proj(act)
-        lora.add(out, act, self.down_parts)
+        lora.add(out, act, "down_proj")
         return out
 
 
