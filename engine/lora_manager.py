@@ -73,9 +73,6 @@ class AdapterLoader:
         with self._lock:
             return tuple(self._host)
 
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
 
 class AdapterManager:
     """The scheduler's view: is a sequence's adapter resident, which slot, when to unpin."""

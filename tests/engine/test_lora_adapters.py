@@ -173,3 +173,22 @@ async def test_the_in_process_client_refuses_a_bad_adapter_before_any_chunk(
         assert chunks[-1].finished and chunks[-1].usage is not None
         assert chunks[-1].usage.completion_tokens == 3
         assert client.stats().loaded_adapters == ("qv",)
+
+
+def test_sleep_frees_the_slots_and_the_adapter_comes_back_after_wake(
+    engines: EngineTracker, models: dict[str, Path], qv: AdapterRef
+) -> None:
+    engine = engines.make(models["llama"])
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    outputs = []
+    for rid in ("before", "after"):
+        engine.add_request(Request(rid, [3, 4, 5, 6], params, adapter=qv))
+        while engine.has_unfinished():
+            outputs += [o for o in engine.step() if o.finished]
+        assert engine.runner.lora_slots.resident == ("qv",)
+        if rid == "before":
+            engine.sleep()
+            assert engine.runner.lora_slots.resident == ()
+            assert all(not stacks for stacks in engine.runner.lora_slots.stacks)
+            engine.wake()
+    assert outputs[0].outputs[0].token_ids == outputs[1].outputs[0].token_ids

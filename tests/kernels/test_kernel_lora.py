@@ -13,6 +13,7 @@ import pytest
 import torch
 from kernel_testing import REL_TOL, rel_error
 
+from hydrant.kernels.cpu.backend import NATIVE
 from hydrant.kernels.errors import KernelArgumentError
 from hydrant.kernels.reference_backend import REFERENCE
 from hydrant.kernels.table import KernelBackend
@@ -22,14 +23,24 @@ K, N = 48, 40
 RANKS = [1, 8, 64, 5]  # slots 0..3; the stack is padded to 64
 
 
-@pytest.fixture(params=["reference", "triton"])
-def row(request: pytest.FixtureRequest) -> KernelBackend:
-    if request.param == "triton":
+def _row(name: str) -> KernelBackend:
+    if name == "triton":
         pytest.importorskip("triton")
         if not triton_interpreter_enabled():
             pytest.skip("the Triton kernels on the CPU need TRITON_INTERPRET=1")
         return TRITON
-    return REFERENCE
+    return NATIVE if name == "cpu" else REFERENCE
+
+
+@pytest.fixture(params=["reference", "triton", "cpu"])
+def row(request: pytest.FixtureRequest) -> KernelBackend:
+    return _row(request.param)
+
+
+@pytest.fixture(params=["reference", "triton"])
+def checked_row(request: pytest.FixtureRequest) -> KernelBackend:
+    """The rows that validate every call (the cpu row trusts the engine's arguments)."""
+    return _row(request.param)
 
 
 def _stack(gen: torch.Generator, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -139,7 +150,8 @@ def test_no_adapter_at_all_leaves_y_alone(row: KernelBackend, gen: torch.Generat
     assert torch.equal(y, before)
 
 
-def test_shape_errors_are_named(row: KernelBackend, gen: torch.Generator) -> None:
+def test_shape_errors_are_named(checked_row: KernelBackend, gen: torch.Generator) -> None:
+    row = checked_row
     a, b, scales = _stack(gen, torch.float32)
     x, y = torch.randn(2, K), torch.zeros(2, N)
     with pytest.raises(KernelArgumentError, match="lora_b shape"):
