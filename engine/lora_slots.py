@@ -59,6 +59,17 @@ class LoraSlots:
         self.pins = [0] * num_slots
         self._slot_of: OrderedDict[str, int] = OrderedDict()  # least recently used first
 
+    def full_bytes(self) -> int:
+        """Bytes of every stack once all four fused projections are targeted: what the
+        slots can grow to, which the CUDA KV budget leaves free."""
+        element = torch.empty((), dtype=self.dtype).element_size()
+        per_layer = 0
+        for parts in FUSED.values():
+            n_in = self.shapes[parts[0]][0]
+            n_out = sum(self.shapes[module][1] for module in parts)
+            per_layer += self.max_rank * len(parts) * (n_in + n_out)
+        return self.num_slots * self.num_layers * per_layer * element
+
     @property
     def resident(self) -> tuple[str, ...]:
         return tuple(self._slot_of)

@@ -128,17 +128,21 @@ class ModelRunner:
                 dtype,
                 self.device,
             )
+        # LoRA adapters' device slots: no memory until a first adapter is loaded
+        self.lora_slots: LoraSlots | None = None
+        if config.max_loras > 0:
+            self.lora_slots = LoraSlots(
+                model_config, config.max_loras, config.max_lora_rank, dtype, self.device
+            )
         peak = None
         if self.device.type == "cuda":
             with timed_phase("profile"):
                 peak = self._profile_peak_bytes()
+            if self.lora_slots is not None:  # room for every slot, filled or not
+                peak += self.lora_slots.full_bytes()
         self.num_blocks = num_blocks_from_budget(model_config, config, dtype, peak)
         check_capacity(self.num_blocks, self.block_size, max_model_len)
         self.kv_caches: KVCaches = []
-        # LoRA adapters' device slots: no memory until a first adapter is loaded
-        self.lora_slots = LoraSlots(
-            model_config, config.max_loras, config.max_lora_rank, dtype, self.device
-        )
         self.sleeping = False
         self.decode_graphs: DecodeGraphs | None = None
         with timed_phase("kv_allocate"):
@@ -193,7 +197,8 @@ class ModelRunner:
             return
         self.decode_graphs = None
         self.kv_caches = []
-        self.lora_slots.clear()  # idle: nothing pins a slot; adapters reload on next use
+        if self.lora_slots is not None:  # idle: nothing pins a slot; reloaded on next use
+            self.lora_slots.clear()
         if self.device.type == "cuda":
             with timed_phase("weights_to_host"):
                 moved = offload_weights(self.model)
@@ -352,13 +357,12 @@ class ModelRunner:
             self.device,
             self.decode_planner,
         )
-        lora = build_lora_batch(
-            self.model.ops,
-            self.lora_slots,
-            row_slots,
-            [item.num_new_tokens for item in items],
-            len(dec_ctx),
-        )
+        lora = None
+        if self.lora_slots is not None:
+            lengths = [item.num_new_tokens for item in items]
+            lora = build_lora_batch(
+                self.model.ops, self.lora_slots, row_slots, lengths, len(dec_ctx)
+            )
         return StepBatch(
             self._tensor(ids, torch.long),
             self._tensor(pos, torch.long),

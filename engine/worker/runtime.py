@@ -47,7 +47,7 @@ class WorkerOptions:
     max_prefill_tokens_while_decoding: int = 512  # 0: no cap
     max_loras: int = 8  # LoRA adapters in device slots (EngineConfig)
     max_cpu_loras: int = 32
-    max_lora_rank: int = 64
+    max_lora_rank: int = 16
     host: str = "127.0.0.1"
     port: int = 0
     advertise_host: str | None = None

@@ -7,6 +7,7 @@ adapters and evicts the least recently used one no running sequence pins.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -16,10 +17,12 @@ from lora_models import AdapterSpec, build_adapter, edit_config
 from tiny_models import EngineTracker, build_tiny_model, random_prompts
 
 from hydrant.engine.async_engine import running
+from hydrant.engine.capacity import RequestLengths, plan_capacity
+from hydrant.engine.capacity_shapes import ModelShape
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.inprocess import InProcessEngineClient
-from hydrant.engine.lora_adapter import AdapterError, load_adapter
+from hydrant.engine.lora_adapter import TARGET_MODULES, AdapterError, load_adapter
 from hydrant.engine.protocol import AdapterRef, GenerateRequest, Sampling
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.sequence import Request
@@ -192,3 +195,32 @@ def test_sleep_frees_the_slots_and_the_adapter_comes_back_after_wake(
             assert all(not stacks for stacks in engine.runner.lora_slots.stacks)
             engine.wake()
     assert outputs[0].outputs[0].token_ids == outputs[1].outputs[0].token_ids
+
+
+def test_capacity_counts_the_slots_the_engine_allocates(
+    engines: EngineTracker, models: dict[str, Path], tmp_path: Path
+) -> None:
+    """`hydrant capacity`'s LoRA term is what the slots really take once every projection
+    is targeted, and what the CUDA KV budget leaves free (`full_bytes`)."""
+    every = AdapterSpec(4, 8, TARGET_MODULES)
+    ref = build_adapter(models["llama"], tmp_path / "every", every, seed=4)
+    engine = engines.make(models["llama"], max_loras=3, max_lora_rank=16)
+    engine.add_request(Request("r", [1, 2, 3], SamplingParams(max_tokens=1), adapter=ref))
+    while engine.has_unfinished():
+        engine.step()
+    slots = engine.runner.lora_slots
+    assert slots is not None
+    held = sum(t.nbytes for layer in slots.stacks for stack in layer.values() for t in stack)
+    shape = ModelShape.from_config(json.loads((models["llama"] / "config.json").read_text()))
+    assert held == slots.full_bytes() == 3 * shape.lora_slot_params(16) * 4
+    lengths = RequestLengths.fixed(100, 100)
+    without = plan_capacity(shape, device_memory_gib=2, requests=lengths, weight_dtype="float32")
+    with_slots = plan_capacity(
+        shape,
+        device_memory_gib=2,
+        requests=lengths,
+        weight_dtype="float32",
+        max_loras=3,
+        max_lora_rank=16,
+    )
+    assert without.kv_cache_bytes - with_slots.kv_cache_bytes == held == with_slots.lora_bytes
