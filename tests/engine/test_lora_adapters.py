@@ -224,3 +224,21 @@ def test_capacity_counts_the_slots_the_engine_allocates(
         max_lora_rank=16,
     )
     assert without.kv_cache_bytes - with_slots.kv_cache_bytes == held == with_slots.lora_bytes
+
+
+def test_forked_choices_run_with_their_parent_s_adapter(
+    engines: EngineTracker, models: dict[str, Path], qv: AdapterRef
+) -> None:
+    """`n > 1`: the choices forked after the prompt share its slot (pinned once each) and
+    decode with the adapter; every pin is released when they finish."""
+    engine = engines.make(models["llama"])
+    prompt = random_prompts(1, 15, 16, seed=2)[0]
+    finals = {}
+    for rid, n in (("one", 1), ("three", 3)):
+        params = SamplingParams(n=n, max_tokens=5, temperature=0.0, ignore_eos=True)
+        engine.add_request(Request(rid, prompt, params, adapter=qv))
+        while engine.has_unfinished():
+            finals.update({o.request_id: o for o in engine.step() if o.finished})
+    single = finals["one"].outputs[0].token_ids
+    assert [c.token_ids for c in finals["three"].outputs] == [single] * 3
+    assert engine.runner.lora_slots is not None and engine.runner.lora_slots.pins[0] == 0
