@@ -38,7 +38,7 @@ from hydrant.engine.errors import EngineError, InvalidRequestError
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.output_constraints import raise_if_invalid
 from hydrant.engine.outputs import RequestOutput, merge_outputs
-from hydrant.engine.protocol import EngineStats
+from hydrant.engine.protocol import AdapterRef, EngineStats
 from hydrant.engine.sequence import Request
 from hydrant.engine.sleep_mode import EngineSleepingError
 
@@ -208,6 +208,8 @@ class AsyncLLMEngine:
         constraint = request.params.structured_output
         if constraint is not None:  # off the loop; the step thread's guide reuses it (cached)
             await asyncio.to_thread(raise_if_invalid, *constraint)
+        if request.adapter is not None:  # read from disk now, off the step loop; a bad one
+            await self._load_adapter(request.adapter)  # is this request's 400, nobody else's
         request_id = request.request_id
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already running", None)
@@ -217,6 +219,12 @@ class AsyncLLMEngine:
         self.start()
         self._wakeup.set()
         return stream
+
+    async def _load_adapter(self, ref: AdapterRef) -> None:
+        adapters = self.engine.adapters
+        if adapters is None:
+            raise InvalidRequestError("this engine serves no LoRA adapters", "model")
+        await asyncio.wrap_future(adapters.loader.load(ref))
 
     async def generate(self, request: Request) -> AsyncIterator[RequestOutput]:
         """Yield the request's outputs (each one merges the steps since the previous read);

@@ -12,7 +12,8 @@ run before a GPU exists.
 Memory model (stated so the numbers can be checked by hand):
 
     budget   = device memory x gpu_memory_utilization
-    kv_bytes = budget - weights - reserve   (reserve: CUDA context, activations)
+    kv_bytes = budget - weights - reserve - lora   (reserve: CUDA context, activations;
+               lora: max_loras adapter slots of max_lora_rank, which the engine keeps free)
     blocks   = floor(kv_bytes / (kv_bytes_per_token x block_size))
 
 A sequence of L tokens holds ceil(L / block_size) blocks (its last block is
@@ -122,6 +123,7 @@ class CapacityPlan:
     expected_concurrency: int
     configured_max_num_seqs: int | None
     warnings: list[str] = field(default_factory=list)
+    lora_bytes: int = 0
 
 
 def weight_bytes(shape: ModelShape, dtype: str, int4_group_size: int = 128) -> int:
@@ -175,11 +177,14 @@ def plan_capacity(
     reserve_gib: float = 1.0,
     max_num_seqs: int | None = None,
     int4_group_size: int = 128,
+    max_loras: int = 0,
+    max_lora_rank: int = 16,
 ) -> CapacityPlan:
     """Work out the KV capacity of one device for one model and traffic shape.
 
     `weight_dtype` defaults to the checkpoint's dtype; `kv_dtype` to the
-    weight dtype when that is a float type, else float16.
+    weight dtype when that is a float type, else float16. `max_loras` LoRA slots of
+    `max_lora_rank` take their room first, in the KV dtype's float type (the compute dtype).
     """
     _check_inputs(device_memory_gib, block_size, gpu_memory_utilization, reserve_gib)
     w_dtype = weight_dtype or shape.default_dtype
@@ -188,7 +193,11 @@ def plan_capacity(
     budget = int(device * gpu_memory_utilization)
     weights = weight_bytes(shape, w_dtype, int4_group_size)
     reserve = int(reserve_gib * GIB)
-    kv_cache = max(budget - weights - reserve, 0)
+    if max_loras < 0 or max_lora_rank < 1:
+        raise CapacityInputError("max_loras must be >= 0 and max_lora_rank >= 1")
+    compute = w_dtype if w_dtype in FLOAT_DTYPE_BYTES else "float16"
+    lora = max_loras * shape.lora_slot_params(max_lora_rank) * FLOAT_DTYPE_BYTES[compute]
+    kv_cache = max(budget - weights - reserve - lora, 0)
     per_token = kv_bytes_per_token(shape, k_dtype)
     block = per_token * block_size
     num_blocks = kv_cache // block
@@ -245,6 +254,7 @@ def plan_capacity(
         expected_concurrency=expected,
         configured_max_num_seqs=max_num_seqs,
         warnings=warnings,
+        lora_bytes=lora,
     )
 
 
@@ -260,6 +270,7 @@ def format_report(plan: CapacityPlan) -> str:
         ("device memory", _gib(plan.device_bytes)),
         ("budget (utilization)", f"{_gib(plan.budget_bytes)}"),
         ("reserve", _gib(plan.reserve_bytes)),
+        ("LoRA slots", _gib(plan.lora_bytes)),
         ("KV cache", _gib(plan.kv_cache_bytes)),
         ("KV bytes per token", f"{plan.kv_bytes_per_token:,} ({plan.kv_dtype})"),
         ("block", f"{plan.block_size} tokens = {plan.block_bytes:,} bytes"),

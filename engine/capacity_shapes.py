@@ -54,6 +54,18 @@ class ModelShape:
         per_layer = h * q + 2 * h * kv + q * h + 3 * h * i
         return self.num_layers * per_layer
 
+    def lora_slot_params(self, rank: int) -> int:
+        """Parameters of one LoRA slot at `rank` on every projection, as the engine stacks
+        them (engine/lora_slots.py: per fused projection, rank x parts rows of A over its
+        input, and its outputs x rank x parts columns of B)."""
+        h, i = self.hidden_size, self.intermediate_size
+        q = self.num_heads * self.head_dim
+        kv = self.num_kv_heads * self.head_dim
+        qkv = 3 * rank * (h + q + 2 * kv)
+        gate_up = 2 * rank * (h + 2 * i)
+        per_layer = qkv + rank * (q + h) + gate_up + rank * (i + h)
+        return self.num_layers * per_layer
+
     @property
     def other_params(self) -> int:
         """Embeddings, LM head, norms and biases: kept in the compute dtype."""

@@ -134,6 +134,11 @@ class EngineConfig:
     `resolve_num_threads`: `OMP_NUM_THREADS` if set, else one core fewer than the
     machine). None leaves the process's setting alone (tests, benchmarks that set it
     themselves); the servers pass "auto" unless `HYDRANT_ENGINE_THREADS` says otherwise.
+    LoRA adapters (engine/lora_manager.py): `max_loras` are held in device memory at once
+    (slots, least recently used evicted; 0 serves none), `max_cpu_loras` more in host
+    memory, each of a rank up to `max_lora_rank` (every slot is padded to it). On CUDA the
+    KV budget leaves room for all the slots (`LoraSlots.full_bytes`), so loading adapters
+    later cannot run the device out of memory.
     """
 
     block_size: int = 16
@@ -157,6 +162,9 @@ class EngineConfig:
     enforce_eager: bool = False
     num_threads: NumThreads | None = None
     max_prefill_tokens_while_decoding: int | None = 512
+    max_loras: int = 8
+    max_cpu_loras: int = 32
+    max_lora_rank: int = 16
 
     def __post_init__(self) -> None:
         positive = {
@@ -167,10 +175,14 @@ class EngineConfig:
             "long_lane_tokens": self.long_lane_tokens,
             "long_prompt_threshold": self.long_prompt_threshold,
             "kv_cache_bytes": self.kv_cache_bytes,
+            "max_cpu_loras": self.max_cpu_loras,
+            "max_lora_rank": self.max_lora_rank,
         }
         for name, value in positive.items():
             if value < 1:
                 raise EngineConfigError(f"EngineConfig.{name} must be >= 1, got {value}")
+        if self.max_loras < 0:
+            raise EngineConfigError(f"EngineConfig.max_loras must be >= 0, got {self.max_loras}")
         if self.num_gpu_blocks is not None and self.num_gpu_blocks < 1:
             raise EngineConfigError(f"num_gpu_blocks must be >= 1, got {self.num_gpu_blocks}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

@@ -35,6 +35,7 @@ def to_request(request: GenerateRequest) -> Request:
         tenant_id=request.tenant_id,
         tenant_weight=request.tenant_weight,
         priority=request.priority,
+        adapter=request.adapter,
     )
 
 

@@ -26,6 +26,7 @@ from hydrant.engine.engine_config import EngineConfig, EngineConfigError, apply_
 from hydrant.engine.errors import EngineError, InvalidRequestError
 from hydrant.engine.load_report import LoadReport, timed_phase
 from hydrant.engine.loader import read_model_config
+from hydrant.engine.lora_manager import AdapterLoader, AdapterManager
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.model_runner import ModelOutput, ModelRunner
 from hydrant.engine.output_processor import OutputProcessor, StepSample
@@ -40,6 +41,8 @@ from hydrant.engine.tokenizer import Tokenizer
 from hydrant.engine.validation import RequestValidator
 
 logger = logging.getLogger(__name__)
+
+ADAPTER_WAIT_S = 0.05  # a step with only adapter loads pending waits this long for one
 
 
 class Runner(Protocol):
@@ -78,8 +81,18 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.metrics = metrics
         eos = tokenizer.eos_token_ids if tokenizer is not None else model_config.eos_token_ids
+        self.adapters: AdapterManager | None = None
+        slots = getattr(runner, "lora_slots", None)  # a runner that can serve LoRA adapters
+        if slots is not None:
+            loader = AdapterLoader(
+                model_config, config.max_cpu_loras, config.max_lora_rank, slots.dtype
+            )
+            self.adapters = AdapterManager(loader, slots)
         self.scheduler = Scheduler(
-            config, runner.num_blocks, pool_every_token=model_config.pooling != "last"
+            config,
+            runner.num_blocks,
+            pool_every_token=model_config.pooling != "last",
+            adapters=self.adapters,
         )
         self.sampler = Sampler(eos)
         self.validator = RequestValidator.for_model(
@@ -146,6 +159,10 @@ class LLMEngine:
             raise InvalidRequestError(f"request id {request.request_id!r} is already running", None)
         if not checked:
             self.validator.check(request)
+        if request.adapter is not None:
+            if self.adapters is None:
+                raise InvalidRequestError("this engine serves no LoRA adapters", "model")
+            self.adapters.submit(request)  # read off this thread; it waits until loaded
         seq = Sequence(request, 0, make_generator(request.params.seed, self.runner.device))
         self.processor.attach_guide(seq)
         request.seqs.append(seq)
@@ -156,6 +173,8 @@ class LLMEngine:
         """Stop a request now and free its blocks; its last output comes with the next step."""
         request = self._requests.get(request_id)
         if request is not None:
+            if self.adapters is not None:
+                self.adapters.forget(request)
             self.scheduler.finish_request(request, "abort")
             self._pending.append(self._output(request, time.time()))
 
@@ -177,7 +196,10 @@ class LLMEngine:
         outputs, self._pending = self._pending, []
         if self.is_sleeping:
             return outputs
+        outputs += self._fail_unloadable_adapters()
         sched = self.scheduler.schedule()
+        if sched.is_empty and self.adapters is not None:
+            self.adapters.wait_for_loads(ADAPTER_WAIT_S)  # only loads are pending: no spin
         sample = self._run(sched)
         outputs += self._postprocess(sample)
         self._observer.observe(sched, num_generated=len(sample.seqs))
@@ -202,6 +224,18 @@ class LLMEngine:
         return StepSample(
             seqs, result.token_ids, result.logprobs, model_out.embeddings, model_out.prompt_logprobs
         )
+
+    def _fail_unloadable_adapters(self) -> list[RequestOutput]:
+        """End the requests whose adapter failed to load (with "error"); others go on."""
+        if self.adapters is None:
+            return []
+        outputs = []
+        for request, error in self.adapters.failed():
+            logger.warning("request %s: %s", request.request_id, error)
+            if request.request_id in self._requests:
+                self.scheduler.finish_request(request, "error")
+                outputs.append(self._output(request, time.time()))
+        return outputs
 
     def _postprocess(self, sample: StepSample) -> list[RequestOutput]:
         """The output processor decides who finished; the scheduler frees those."""

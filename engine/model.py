@@ -25,6 +25,7 @@ calls of the same row, with the scales as keyword arguments (the row's
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,9 @@ from hydrant.engine.kv_cache import KVCache
 from hydrant.kernels.reference_backend import REFERENCE
 from hydrant.kernels.rope_cache import build_rope_cache
 from hydrant.kernels.table import KernelBackend
+
+if TYPE_CHECKING:
+    from hydrant.engine.lora_batch import LayerLora, LoraBatch
 
 
 class RMSNorm(nn.Module):
@@ -78,9 +82,12 @@ class Attention(nn.Module):
         kv_cache: KVCache,
         meta: AttentionMetadata,
         cos_sin_cache: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> torch.Tensor:
         num_tokens = hidden.shape[0]
         qkv = self.qkv_proj(hidden)
+        if lora is not None:
+            lora.add(qkv, hidden, "qkv_proj")
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
@@ -127,7 +134,11 @@ class Attention(nn.Module):
                 )
             )
         out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-        return self.o_proj(out.reshape(num_tokens, self.q_size))
+        attn = out.reshape(num_tokens, self.q_size)
+        projected = self.o_proj(attn)
+        if lora is not None:
+            lora.add(projected, attn, "o_proj")
+        return projected
 
 
 class MLP(nn.Module):
@@ -138,8 +149,15 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * inter, bias=config.mlp_bias)
         self.down_proj = nn.Linear(inter, config.hidden_size, bias=config.mlp_bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor, lora: LayerLora | None = None) -> torch.Tensor:
+        if lora is None:
+            return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+        gate_up = self.gate_up_proj(x)
+        lora.add(gate_up, x, "gate_up_proj")
+        act = self.ops.silu_and_mul(gate_up)
+        out = self.down_proj(act)
+        lora.add(out, act, "down_proj")
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -158,11 +176,12 @@ class DecoderLayer(nn.Module):
         kv_cache: KVCache,
         meta: AttentionMetadata,
         cos_sin_cache: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         normed, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, normed, kv_cache, meta, cos_sin_cache)
+        hidden = self.self_attn(positions, normed, kv_cache, meta, cos_sin_cache, lora)
         normed, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(normed), residual
+        return self.mlp(normed, lora), residual
 
 
 class LlamaModel(nn.Module):
@@ -212,14 +231,23 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,
         kv_caches: list[KVCache],
         meta: AttentionMetadata,
+        lora: LoraBatch | None = None,
     ) -> torch.Tensor:
+        """`lora`: the step's adapter slots (engine/lora_batch.py); None runs the base model
+        alone, the same code as without LoRA support."""
         if self.cos_sin_cache is None:
             raise RuntimeError("init_rope() must run before the first forward")
         hidden = self.model.embed_tokens(input_ids)
         residual: torch.Tensor | None = None
-        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+        for index, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
             hidden, residual = layer(
-                positions, hidden, residual, kv_cache, meta, self.cos_sin_cache
+                positions,
+                hidden,
+                residual,
+                kv_cache,
+                meta,
+                self.cos_sin_cache,
+                None if lora is None else lora.layer(index),
             )
         hidden, _ = self.model.norm(hidden, residual)
         return hidden

@@ -35,6 +35,8 @@ from hydrant.engine.kv_cache import (
     num_blocks_from_budget,
 )
 from hydrant.engine.load_report import timed_phase
+from hydrant.engine.lora_batch import LoraBatch, build_lora_batch
+from hydrant.engine.lora_slots import LoraSlots
 from hydrant.engine.model import LlamaForCausalLM
 from hydrant.engine.ops import bind_linears, select_backend
 from hydrant.engine.quantized_weights import load_engine_model
@@ -95,6 +97,7 @@ class StepBatch:
     sample_seqs: list[Sequence]
     scored: list[PromptRows]
     pooled: list[PoolRows]  # the rows each embed sequence pools from this step
+    lora: LoraBatch | None = None  # each chunk's adapter slot; None: no adapter this step
 
 
 class ModelRunner:
@@ -125,10 +128,18 @@ class ModelRunner:
                 dtype,
                 self.device,
             )
+        # LoRA adapters' device slots: no memory until a first adapter is loaded
+        self.lora_slots: LoraSlots | None = None
+        if config.max_loras > 0:
+            self.lora_slots = LoraSlots(
+                model_config, config.max_loras, config.max_lora_rank, dtype, self.device
+            )
         peak = None
         if self.device.type == "cuda":
             with timed_phase("profile"):
                 peak = self._profile_peak_bytes()
+            if self.lora_slots is not None:  # room for every slot, filled or not
+                peak += self.lora_slots.full_bytes()
         self.num_blocks = num_blocks_from_budget(model_config, config, dtype, peak)
         check_capacity(self.num_blocks, self.block_size, max_model_len)
         self.kv_caches: KVCaches = []
@@ -186,6 +197,8 @@ class ModelRunner:
             return
         self.decode_graphs = None
         self.kv_caches = []
+        if self.lora_slots is not None:  # idle: nothing pins a slot; reloaded on next use
+            self.lora_slots.clear()
         if self.device.type == "cuda":
             with timed_phase("weights_to_host"):
                 moved = offload_weights(self.model)
@@ -222,13 +235,16 @@ class ModelRunner:
         # decodes first, shortest context first: the decode plan's groups are then slices
         items = sorted(out.scheduled, key=_batch_order)
         batch = self._prepare(items)
-        if self.decode_graphs is not None and not batch.scored and not batch.pooled:
+        graphable = not batch.scored and not batch.pooled and batch.lora is None
+        if self.decode_graphs is not None and graphable:
             logits = self.decode_graphs.run(
                 batch.input_ids, batch.positions, batch.meta, len(batch.sample_idx)
             )
             if logits is not None:
                 return ModelOutput(logits, batch.sample_seqs)
-        hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta)
+        hidden = self.model(
+            batch.input_ids, batch.positions, self.kv_caches, batch.meta, batch.lora
+        )
         prompt_logprobs = [(p.seq, p.first, self._score(hidden, p)) for p in batch.scored]
         embeddings = self._pool(hidden, batch.pooled)
         if not batch.sample_seqs:
@@ -297,6 +313,7 @@ class ModelRunner:
         scored: list[PromptRows] = []
         pooled: list[PoolRows] = []
         cu = [0]
+        row_slots = [item.seq.lora_slot for item in items]
         for item in items:
             seq, start, n = item.seq, item.start, item.num_new_tokens
             end = start + n
@@ -340,6 +357,12 @@ class ModelRunner:
             self.device,
             self.decode_planner,
         )
+        lora = None
+        if self.lora_slots is not None:
+            lengths = [item.num_new_tokens for item in items]
+            lora = build_lora_batch(
+                self.model.ops, self.lora_slots, row_slots, lengths, len(dec_ctx)
+            )
         return StepBatch(
             self._tensor(ids, torch.long),
             self._tensor(pos, torch.long),
@@ -348,6 +371,7 @@ class ModelRunner:
             sample_seqs,
             scored,
             pooled,
+            lora,
         )
 
     def _tensor(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:

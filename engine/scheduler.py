@@ -33,6 +33,7 @@ import torch
 from hydrant.engine.block_manager import BlockManager
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.fairness import VirtualTokenCounter
+from hydrant.engine.lora_manager import AdapterManager
 from hydrant.engine.outputs import FinishReason
 from hydrant.engine.protocol import BACKGROUND_PRIORITY, EngineStats
 from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Request, Sequence, SequenceStatus
@@ -76,7 +77,11 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(
-        self, config: EngineConfig, num_blocks: int, pool_every_token: bool = False
+        self,
+        config: EngineConfig,
+        num_blocks: int,
+        pool_every_token: bool = False,
+        adapters: AdapterManager | None = None,
     ) -> None:
         self.config = config
         self.block_manager = BlockManager(
@@ -85,6 +90,8 @@ class Scheduler:
         # Mean / CLS pooling reads hidden states of the whole prompt: an embed request then
         # computes it all, since cached blocks hold K/V, not hidden states.
         self.pool_every_token = pool_every_token
+        # LoRA slots: a sequence pins its adapter's slot while it runs (lora_manager.py)
+        self.adapters = adapters
         self.fairness = VirtualTokenCounter()
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -99,6 +106,8 @@ class Scheduler:
         long = len(request.prompt_token_ids) >= self.config.long_prompt_threshold
         request.lane = LONG_LANE if long else SHORT_LANE
         salt = request.tenant_id.encode() if self.config.prefix_cache_per_tenant else b""
+        if request.adapter is not None:  # an adapter's K/V is not the base model's
+            salt += b"\x00adapter:" + request.adapter.name.encode()
         request.cache_salt = b"hydrant-prefix:" + salt
         self.fairness.arrive(request.tenant_id)
         self.waiting.extend(request.seqs)
@@ -118,6 +127,8 @@ class Scheduler:
             children = seq.request.fork_choices(seq, device)
             for child in children:
                 self.block_manager.fork(seq, child)
+                if self.adapters is not None:
+                    self.adapters.share(seq, child)
                 self.running.append(child)
                 seqs.append(child)
                 rows.append(row)
@@ -129,6 +140,7 @@ class Scheduler:
             return
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
+            self._unpin(seq)
         else:
             self.waiting.remove(seq)
         seq.status = SequenceStatus.FINISHED
@@ -158,6 +170,7 @@ class Scheduler:
             num_free_blocks=bm.num_free_blocks,
             num_total_blocks=bm.num_blocks,
             prefix_cache_hit_rate=bm.prefix_hits / bm.prefix_queries if bm.prefix_queries else 0.0,
+            loaded_adapters=self.adapters.names if self.adapters is not None else (),
         )
 
     def _key(self, seq: Sequence) -> tuple[int, float, float, int]:
@@ -172,6 +185,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         self.running.remove(seq)
         self.block_manager.free(seq)
+        self._unpin(seq)  # it keeps its adapter; it pins a slot again when readmitted
         seq.reset_for_recompute()
         self.waiting.append(seq)
         self.num_preemptions += 1
@@ -252,10 +266,14 @@ class Scheduler:
             wanted = budget.grant(seq.lane, remaining, prefill=True)
             if wanted == 0:
                 continue
+            if self.adapters is not None and not self.adapters.acquire(seq):
+                budget.refund(seq.lane, wanted, prefill=True)
+                continue  # its adapter is loading or every slot is busy: others go on
             # the watermark keeps room for running decodes; an idle engine needs none
             reserve = self._watermark if self.running or admitted else 0
             if not self.block_manager.allocate_slots(seq, wanted, cached, reserve):
                 budget.refund(seq.lane, wanted, prefill=True)
+                self._unpin(seq)
                 break  # keep the order: a later, smaller request must not jump it forever
             self.block_manager.record_lookup(seq.num_tokens, seq.num_computed_tokens)
             req = seq.request
@@ -269,6 +287,10 @@ class Scheduler:
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
+
+    def _unpin(self, seq: Sequence) -> None:
+        if self.adapters is not None:
+            self.adapters.release(seq)
 
     def on_step_done(self, out: SchedulerOutput) -> None:
         """The forward ran: the scheduled tokens now have K/V; offer full blocks to the cache."""

@@ -23,14 +23,20 @@ import hashlib
 import itertools
 import struct
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from hydrant.engine.outputs import FinishReason
+from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.sampler import SamplingRow, TokenLogprob, make_generator
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.structured_output import Guide
+
+if TYPE_CHECKING:
+    from hydrant.engine.lora_adapter import LoraAdapter
 
 Lane = str  # "short" or "long"
 SHORT_LANE: Lane = "short"
@@ -68,7 +74,7 @@ class Request:
 
     The caller gives the fields up to `times`; it is checked once, read-only
     (`RequestValidator`), before it is queued. The rest is the engine's:
-    `lane` and `cache_salt` follow from its config (`Scheduler.add_request`
+    `lane` and `cache_salt` follow from its config and adapter (`Scheduler.add_request`
     sets them), the others record the request's progress.
     """
 
@@ -79,6 +85,7 @@ class Request:
     tenant_weight: float = 1.0
     priority: int = 0
     times: RequestTimes = field(default_factory=RequestTimes.arriving)
+    adapter: AdapterRef | None = None  # the LoRA adapter it runs with; None: the base model
     lane: Lane = field(default=SHORT_LANE, init=False)
     cache_salt: bytes = field(default=b"", init=False)
     seqs: list[Sequence] = field(default_factory=list, init=False)
@@ -89,6 +96,8 @@ class Request:
     prompt_logprobs_sent: bool = field(default=False, init=False)
     # With `params.embed`, once the prompt is computed.
     embedding: list[float] | None = field(default=None, init=False)
+    # The adapter's load from disk (engine/lora_manager.py): it waits until this is done.
+    adapter_load: Future[LoraAdapter] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.params.prompt_logprobs is not None:
@@ -150,6 +159,8 @@ class Sequence:
         self.guide_waits_for: int | None = None
         # Mean / CLS pooling: the prompt's pooled hidden states so far (its chunks add up).
         self.pool_sum: torch.Tensor | None = None
+        # The device slot of its adapter while it runs (pinned); -1: none or not running.
+        self.lora_slot = -1
 
     def sampling_row(self) -> SamplingRow:
         """What the sampler needs of this sequence for its next token."""

@@ -284,3 +284,81 @@ def check_w4a16(
     check_dtype(scales, "scales", FLOAT_DTYPES)
     check_dtype(zeros, "zeros", (*FLOAT_DTYPES, torch.uint8))
     check_same_device(x=x, qweight=qweight, scales=scales, zeros=zeros)
+
+
+def _check_lora_weights(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scales: torch.Tensor,
+) -> None:
+    """The shapes SGMV and BGMV share: `y[T, N] += scale * (x[T, K] @ A[s].T) @ B[s].T`."""
+    check_rank(y, "y", 2, "[T, N]")
+    check_rank(x, "x", 2, "[T, K]")
+    check_rank(lora_a, "lora_a", 3, "[slots, R, K]")
+    check_rank(lora_b, "lora_b", 3, "[slots, N, R]")
+    check_rank(scales, "scales", 1, "[slots]")
+    for name, tensor in (("y", y), ("x", x), ("lora_a", lora_a), ("lora_b", lora_b)):
+        check_dtype(tensor, name, FLOAT_DTYPES)
+    require(y.shape[0] == x.shape[0], f"y has {y.shape[0]} rows, x {x.shape[0]}")
+    slots, rank, k = lora_a.shape
+    require(k == x.shape[1], f"lora_a is [slots, R, {k}] but x has K={x.shape[1]}")
+    require(rank >= 1, "lora_a must have a rank of at least 1")
+    want_b = (slots, y.shape[1], rank)
+    require(
+        tuple(lora_b.shape) == want_b,
+        f"lora_b shape {tuple(lora_b.shape)} must be [slots, N, R] = {want_b}",
+    )
+    require(scales.shape[0] == slots, f"scales has {scales.shape[0]} entries for {slots} slots")
+    check_dtype(scales, "scales", (torch.float32,))
+
+
+def check_lora_bgmv(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scales: torch.Tensor,
+    token_slots: torch.Tensor,
+) -> None:
+    _check_lora_weights(y, x, lora_a, lora_b, scales)
+    check_rank(token_slots, "token_slots", 1, "[T]")
+    check_dtype(token_slots, "token_slots", INDEX_DTYPES)
+    require(
+        token_slots.shape[0] == x.shape[0],
+        f"token_slots has {token_slots.shape[0]} entries for {x.shape[0]} rows",
+    )
+    check_same_device(
+        y=y, x=x, lora_a=lora_a, lora_b=lora_b, scales=scales, token_slots=token_slots
+    )
+
+
+def check_lora_sgmv(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scales: torch.Tensor,
+    seg_starts: torch.Tensor,
+    seg_slots: torch.Tensor,
+) -> None:
+    _check_lora_weights(y, x, lora_a, lora_b, scales)
+    check_rank(seg_starts, "seg_starts", 1, "[segments + 1]")
+    check_rank(seg_slots, "seg_slots", 1, "[segments]")
+    check_dtype(seg_starts, "seg_starts", INDEX_DTYPES)
+    check_dtype(seg_slots, "seg_slots", INDEX_DTYPES)
+    require(
+        seg_starts.shape[0] == seg_slots.shape[0] + 1,
+        f"seg_starts has {seg_starts.shape[0]} entries for {seg_slots.shape[0]} segments "
+        "(one more is needed: the end of the last)",
+    )
+    check_same_device(
+        y=y,
+        x=x,
+        lora_a=lora_a,
+        lora_b=lora_b,
+        scales=scales,
+        seg_starts=seg_starts,
+        seg_slots=seg_slots,
+    )

@@ -195,3 +195,53 @@ def w4a16_matmul(
 ) -> torch.Tensor:
     weight = dequantize_int4(qweight, scales, zeros, group_size)
     return (x.to(torch.float32) @ weight.t()).to(x.dtype)
+
+
+def lora_bgmv(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scales: torch.Tensor,
+    token_slots: torch.Tensor,
+) -> None:
+    """Punica's BGMV, in place: `y[t] += scales[s] * (x[t] @ lora_a[s].T) @ lora_b[s].T` with
+    `s = token_slots[t]`; rows of slot -1 (no adapter) are not touched at all.
+
+    Each row gathers its adapter's matrices (decode batches: a row per sequence), so a batch
+    of many adapters is two batched matmuls, not a loop over adapters.
+    """
+    rows = (token_slots >= 0).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return
+    slots = token_slots.index_select(0, rows).long()
+    xs = x.index_select(0, rows).to(torch.float32).unsqueeze(1)
+    mid = torch.bmm(xs, lora_a.index_select(0, slots).to(torch.float32).transpose(1, 2))
+    delta = torch.bmm(mid, lora_b.index_select(0, slots).to(torch.float32).transpose(1, 2))
+    delta = delta.squeeze(1) * scales.index_select(0, slots)[:, None]
+    y[rows] = (y.index_select(0, rows).to(torch.float32) + delta).to(y.dtype)
+
+
+def lora_sgmv(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scales: torch.Tensor,
+    seg_starts: torch.Tensor,
+    seg_slots: torch.Tensor,
+    max_seg_len: int | None = None,
+) -> None:
+    """Punica's SGMV, in place: rows `seg_starts[g]:seg_starts[g + 1]` (one prefill chunk) add
+    `scales[s] * (x @ lora_a[s].T) @ lora_b[s].T` of their segment's slot `s = seg_slots[g]`;
+    segments of slot -1 and empty ones are skipped. `max_seg_len` sizes the Triton grid; the
+    reference reads the segments from the tensors."""
+    del max_seg_len
+    starts = seg_starts.tolist()
+    for g, slot in enumerate(seg_slots.tolist()):
+        first, end = starts[g], starts[g + 1]
+        if slot < 0 or end <= first:
+            continue
+        mid = x[first:end].to(torch.float32) @ lora_a[slot].to(torch.float32).t()
+        delta = (mid @ lora_b[slot].to(torch.float32).t()) * scales[slot]
+        y[first:end] = (y[first:end].to(torch.float32) + delta).to(y.dtype)

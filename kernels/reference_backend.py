@@ -110,6 +110,32 @@ def w4a16_matmul(
     return reference.w4a16_matmul(x, qweight, scales, zeros, group_size)
 
 
+def lora_bgmv(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scales: torch.Tensor,
+    token_slots: torch.Tensor,
+) -> None:
+    arguments.check_lora_bgmv(y, x, lora_a, lora_b, scales, token_slots)
+    reference.lora_bgmv(y, x, lora_a, lora_b, scales, token_slots)
+
+
+def lora_sgmv(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scales: torch.Tensor,
+    seg_starts: torch.Tensor,
+    seg_slots: torch.Tensor,
+    max_seg_len: int | None = None,
+) -> None:
+    arguments.check_lora_sgmv(y, x, lora_a, lora_b, scales, seg_starts, seg_slots)
+    reference.lora_sgmv(y, x, lora_a, lora_b, scales, seg_starts, seg_slots, max_seg_len)
+
+
 REFERENCE = KernelBackend(
     name="reference",
     detail="PyTorch references, arguments checked",
@@ -122,4 +148,6 @@ REFERENCE = KernelBackend(
     silu_and_mul=silu_and_mul,
     w8a16_matmul=w8a16_matmul,
     w4a16_matmul=w4a16_matmul,
+    lora_bgmv=lora_bgmv,
+    lora_sgmv=lora_sgmv,
 )

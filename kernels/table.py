@@ -47,6 +47,8 @@ OPS = (
     "silu_and_mul",
     "w8a16_matmul",
     "w4a16_matmul",
+    "lora_bgmv",
+    "lora_sgmv",
 )
 # the ops a feature brings: set on a row exactly when it claims the feature
 FEATURE_OPS: dict[Feature, tuple[str, ...]] = {
@@ -126,6 +128,36 @@ class W4A16(Protocol):
     ) -> torch.Tensor: ...
 
 
+class LoraBGMV(Protocol):
+    """Adds each row's LoRA delta to `y` in place (rows of slot -1 untouched)."""
+
+    def __call__(
+        self,
+        y: torch.Tensor,
+        x: torch.Tensor,
+        lora_a: torch.Tensor,
+        lora_b: torch.Tensor,
+        scales: torch.Tensor,
+        token_slots: torch.Tensor,
+    ) -> None: ...
+
+
+class LoraSGMV(Protocol):
+    """Adds each segment's LoRA delta to its rows of `y` in place (slot -1 untouched)."""
+
+    def __call__(
+        self,
+        y: torch.Tensor,
+        x: torch.Tensor,
+        lora_a: torch.Tensor,
+        lora_b: torch.Tensor,
+        scales: torch.Tensor,
+        seg_starts: torch.Tensor,
+        seg_slots: torch.Tensor,
+        max_seg_len: int | None = None,
+    ) -> None: ...
+
+
 Rotary = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
 ]
@@ -158,6 +190,8 @@ class KernelBackend:
     silu_and_mul: Callable[[torch.Tensor], torch.Tensor]
     w8a16_matmul: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
     w4a16_matmul: W4A16
+    lora_bgmv: LoraBGMV
+    lora_sgmv: LoraSGMV
     decode_planner: DecodePlanner | None = None
     planned_decode_attention: PlannedDecode | None = None
     optimize_linears: Callable[[nn.Module], int] | None = None

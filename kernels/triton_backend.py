@@ -97,4 +97,6 @@ TRITON = KernelBackend(
     silu_and_mul=_forward("activation", "silu_and_mul"),
     w8a16_matmul=_forward("quant_matmul", "w8a16_matmul"),
     w4a16_matmul=_forward("quant_matmul", "w4a16_matmul"),
+    lora_bgmv=_forward("lora", "lora_bgmv"),
+    lora_sgmv=_forward("lora", "lora_sgmv"),
 )

@@ -90,6 +90,14 @@ def demo_model(directory: Path, seed: int) -> None:
     show_default=True,
     help="The configured cap to check against what fits.",
 )
+@click.option(
+    "--max-loras",
+    type=int,
+    default=8,
+    show_default=True,
+    help="LoRA adapter slots the engine keeps room for (HYDRANT_MAX_LORAS; 0: none).",
+)
+@click.option("--max-lora-rank", type=int, default=16, show_default=True)
 def capacity(
     model_ref: str,
     memory_gib: float,
@@ -101,6 +109,8 @@ def capacity(
     output_tokens: int,
     lengths_file: Path | None,
     max_num_seqs: int,
+    max_loras: int,
+    max_lora_rank: int,
 ) -> None:
     """How many sequences a device's KV cache really holds for a length distribution.
 
@@ -135,6 +145,8 @@ def capacity(
             block_size=block_size,
             gpu_memory_utilization=gpu_memory_utilization,
             max_num_seqs=max_num_seqs,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
         )
     except (CapacityInputError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc

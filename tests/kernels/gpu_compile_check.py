@@ -30,7 +30,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler import compile as compile_kernel
 
-from hydrant.kernels import activation, kv_write, quant_gemv, quant_matmul, rms_norm, rotary
+from hydrant.kernels import activation, kv_write, lora, quant_gemv, quant_matmul, rms_norm, rotary
 from hydrant.kernels import decode_attention as decode
 from hydrant.kernels import prefill_attention as prefill
 
@@ -233,6 +233,65 @@ CASES: list[tuple[str, Any, dict[str, str], dict[str, Any], int]] = [
             "FAST_CONVERT": True,
         },
         quant_gemv.W4A16_GEMV.num_warps,
+    ),
+    (
+        "lora bgmv shrink",
+        lora._bgmv_shrink_kernel,
+        {"x_ptr": "*fp16", "a_ptr": "*fp16", "slots_ptr": "*i32", "mid_ptr": "*fp32"},
+        {"BLOCK_R": 16, "BLOCK_K": lora.BLOCK_K},
+        4,
+    ),
+    (
+        "lora bgmv expand",
+        lora._bgmv_expand_kernel,
+        {
+            "mid_ptr": "*fp32",
+            "b_ptr": "*fp16",
+            "scales_ptr": "*fp32",
+            "slots_ptr": "*i32",
+            "y_ptr": "*fp16",
+        },
+        {"BLOCK_R": 16, "BLOCK_N": lora.BLOCK_N},
+        4,
+    ),
+    (
+        "lora sgmv shrink",
+        lora._sgmv_shrink_kernel,
+        {
+            "x_ptr": "*bf16",
+            "a_ptr": "*bf16",
+            "starts_ptr": "*i32",
+            "seg_slots_ptr": "*i32",
+            "mid_ptr": "*fp32",
+        },
+        {
+            "BLOCK_M": lora.BLOCK_M,
+            "BLOCK_R": 64,
+            "BLOCK_K": lora.BLOCK_K,
+            "COMPUTE": tl.bfloat16,
+            "PRECISION": "tf32",
+        },
+        4,
+    ),
+    (
+        "lora sgmv expand",
+        lora._sgmv_expand_kernel,
+        {
+            "mid_ptr": "*fp32",
+            "b_ptr": "*bf16",
+            "scales_ptr": "*fp32",
+            "starts_ptr": "*i32",
+            "seg_slots_ptr": "*i32",
+            "y_ptr": "*bf16",
+        },
+        {
+            "BLOCK_M": lora.BLOCK_M,
+            "BLOCK_R": 64,
+            "BLOCK_N": lora.BLOCK_N,
+            "COMPUTE": tl.bfloat16,
+            "PRECISION": "tf32",
+        },
+        4,
     ),
 ]
 

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import msgspec
 import pytest
 import redis
 
-from hydrant.engine.protocol import GenerateChunk, GenerateRequest, Sampling
+from hydrant.engine.protocol import AdapterRef, GenerateChunk, GenerateRequest, Sampling
 from hydrant.engine.worker.wire import (
     SECRET_HEADER,
     Frame,
@@ -274,6 +275,51 @@ def test_an_embedding_crosses_the_wire_whole(shared_worker: Worker) -> None:
         sampling=Sampling(max_tokens=0, embed=True, embed_dimensions=8),
     )
     assert refused_param(shared_worker.address, cut) == "dimensions"
+
+
+def _demo_adapter(demo_model_dir: Path, out_dir: Path) -> AdapterRef:
+    """A random PEFT LoRA adapter of the demo model, written by peft itself."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(3)
+    config = LoraConfig(r=8, lora_alpha=32, target_modules=["q_proj", "v_proj", "down_proj"])
+    config.init_lora_weights = False  # random B too: a delta that changes the output
+    with warnings.catch_warnings():  # peft 0.21 on transformers 5: a deprecated property
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(demo_model_dir), config)
+        model.save_pretrained(out_dir)
+    return AdapterRef(name="tenant-lora", path=str(out_dir))
+
+
+def test_an_adapter_crosses_the_wire_and_a_bad_one_is_a_400(
+    shared_worker: Worker, demo_model_dir: Path, tmp_path: Path
+) -> None:
+    """The worker loads the adapter the request names on first use (no restart), runs it,
+    lists it in its stats; an adapter it cannot serve is that request's 400 on `model`."""
+    adapter = _demo_adapter(demo_model_dir, tmp_path / "tenant-lora")
+    outputs = {}
+    for rid, ref in (("base-1", None), ("lora-1", adapter)):
+        request = GenerateRequest(
+            request_id=rid,
+            prompt_token_ids=list(range(40, 60)),
+            sampling=Sampling(max_tokens=8, temperature=0.0, ignore_eos=True),
+            adapter=ref,
+        )
+        status, frames = generate(shared_worker.address, request)
+        assert status == 200
+        chunks = [f.chunk for f in frames if f.chunk is not None]
+        assert chunks[-1].finished and chunks[-1].choices[-1].finish_reason == "length"
+        outputs[rid] = [t for c in chunks for choice in c.choices for t in choice.token_ids]
+    assert len(outputs["lora-1"]) == 8 and outputs["lora-1"] != outputs["base-1"]
+    stats = httpx.get(f"{shared_worker.address}/stats", headers={SECRET_HEADER: SECRET}).json()
+    assert stats["stats"]["loaded_adapters"] == ["tenant-lora"]
+    missing = AdapterRef(name="missing", path=str(tmp_path / "not-there"))
+    bad = GenerateRequest(
+        request_id="lora-2", prompt_token_ids=[1, 2], sampling=Sampling(), adapter=missing
+    )
+    assert refused_param(shared_worker.address, bad) == "model"
 
 
 def test_unload_frees_the_engine_and_load_brings_it_back(shared_worker: Worker) -> None:

@@ -1,0 +1,145 @@
+"""Adapters from disk to a device slot, without stalling the step loop.
+
+`AdapterLoader` reads an adapter on its first use on its own thread, then keeps it in a
+bounded host LRU (`max_cpu_loras`) so a later request, or one evicted from its device
+slot, needs no disk read. `AdapterManager` is what the scheduler asks: a waiting
+sequence whose adapter is still loading (or whose slots are all pinned) is skipped,
+others keep stepping, and it is admitted in the first step after its weights are on
+the host and a slot is free. A load that fails ends only its own requests.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+
+from hydrant.engine.config import ModelConfig
+from hydrant.engine.lora_adapter import LoraAdapter, load_adapter
+from hydrant.engine.lora_slots import LoraSlots
+from hydrant.engine.protocol import AdapterRef
+from hydrant.engine.sequence import Request, Sequence
+
+
+class AdapterLoader:
+    """Disk to host memory on one background thread; a bounded LRU of loaded adapters."""
+
+    def __init__(
+        self, config: ModelConfig, max_cpu_loras: int, max_rank: int, dtype: torch.dtype
+    ) -> None:
+        self.config = config
+        self.max_cpu_loras = max_cpu_loras
+        self.max_rank = max_rank
+        self.dtype = dtype
+        self._lock = threading.Lock()  # the step thread and the async front both ask
+        self._host: OrderedDict[str, LoraAdapter] = OrderedDict()
+        self._loading: dict[str, Future[LoraAdapter]] = {}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hydrant-lora")
+
+    def load(self, ref: AdapterRef) -> Future[LoraAdapter]:
+        """The adapter named `ref.name`: done at once when held, else its (shared) load."""
+        with self._lock:
+            held = self._host.get(ref.name)
+            if held is not None:
+                self._host.move_to_end(ref.name)
+                done: Future[LoraAdapter] = Future()
+                done.set_result(held)
+                return done
+            future = self._loading.get(ref.name)
+            if future is None:
+                future = self._executor.submit(self._read, ref)
+                self._loading[ref.name] = future
+            return future
+
+    def _read(self, ref: AdapterRef) -> LoraAdapter:
+        try:
+            adapter = load_adapter(ref.name, ref.path, self.config, self.max_rank, self.dtype)
+        except BaseException:
+            with self._lock:
+                self._loading.pop(ref.name, None)
+            raise
+        with self._lock:
+            self._loading.pop(ref.name, None)
+            self._host[ref.name] = adapter
+            while len(self._host) > self.max_cpu_loras:
+                self._host.popitem(last=False)
+        return adapter
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._host)
+
+
+class AdapterManager:
+    """The scheduler's view: is a sequence's adapter resident, which slot, when to unpin."""
+
+    def __init__(self, loader: AdapterLoader, slots: LoraSlots) -> None:
+        self.loader = loader
+        self.slots = slots
+        self._loading: dict[str, Request] = {}  # requests whose adapter is not read yet
+
+    def submit(self, request: Request) -> None:
+        """Start (or join) the load of the request's adapter; it waits in the queue."""
+        if request.adapter is None:
+            return
+        request.adapter_load = self.loader.load(request.adapter)
+        if not request.adapter_load.done():
+            self._loading[request.request_id] = request
+
+    def acquire(self, seq: Sequence) -> bool:
+        """Pin a slot for a sequence about to run; False while its adapter is not loaded or
+        every slot is pinned (it stays waiting). True at once for the base model."""
+        future = seq.request.adapter_load
+        if future is None or seq.lora_slot >= 0:
+            return True
+        if not future.done() or future.exception() is not None:
+            return False
+        slot = self.slots.acquire(future.result())
+        if slot is None:
+            return False
+        seq.lora_slot = slot
+        return True
+
+    def release(self, seq: Sequence) -> None:
+        """The sequence stopped running (finished or preempted): unpin its slot."""
+        if seq.lora_slot >= 0:
+            self.slots.release(seq.lora_slot)
+            seq.lora_slot = -1
+
+    def share(self, parent: Sequence, child: Sequence) -> None:
+        """A forked choice runs with its parent's slot."""
+        if parent.lora_slot >= 0:
+            self.slots.pin(parent.lora_slot)
+            child.lora_slot = parent.lora_slot
+
+    def failed(self) -> list[tuple[Request, BaseException]]:
+        """Requests whose adapter could not be loaded (each reported once)."""
+        failures = []
+        for request_id, request in list(self._loading.items()):
+            future = request.adapter_load
+            if future is None or not future.done():
+                continue
+            del self._loading[request_id]
+            error = future.exception()
+            if error is not None:
+                failures.append((request, error))
+        return failures
+
+    def wait_for_loads(self, timeout: float) -> None:
+        """Block up to `timeout` for a pending load (a step with nothing else to run)."""
+        pending = [r.adapter_load for r in self._loading.values() if r.adapter_load is not None]
+        if pending:
+            concurrent.futures.wait(pending, timeout, concurrent.futures.FIRST_COMPLETED)
+
+    def forget(self, request: Request) -> None:
+        self._loading.pop(request.request_id, None)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Adapters this engine holds (device slots first), for dispatch preference."""
+        resident = self.slots.resident
+        return resident + tuple(n for n in self.loader.names if n not in resident)

@@ -1,0 +1,164 @@
+"""Punica's SGMV and BGMV: the Triton kernels (on the interpreter) against the reference, and
+the reference against a dense per-row loop.
+
+Adapters of ranks 1..64 share one stack padded to the largest rank (the engine's layout:
+unused rank rows and columns are zero), rows of slot -1 must come back bit for bit,
+segments are ragged and some are empty, and `y` is a column slice of a wider output (a
+fused projection), so the kernels must honour its row stride and leave the other columns.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_testing import REL_TOL, rel_error
+
+from hydrant.kernels.cpu.backend import NATIVE
+from hydrant.kernels.errors import KernelArgumentError
+from hydrant.kernels.reference_backend import REFERENCE
+from hydrant.kernels.table import KernelBackend
+from hydrant.kernels.triton_backend import TRITON, triton_interpreter_enabled
+
+K, N = 48, 40
+RANKS = [1, 8, 64, 5]  # slots 0..3; the stack is padded to 64
+
+
+def _row(name: str) -> KernelBackend:
+    if name == "triton":
+        pytest.importorskip("triton")
+        if not triton_interpreter_enabled():
+            pytest.skip("the Triton kernels on the CPU need TRITON_INTERPRET=1")
+        return TRITON
+    return NATIVE if name == "cpu" else REFERENCE
+
+
+@pytest.fixture(params=["reference", "triton", "cpu"])
+def row(request: pytest.FixtureRequest) -> KernelBackend:
+    return _row(request.param)
+
+
+@pytest.fixture(params=["reference", "triton"])
+def checked_row(request: pytest.FixtureRequest) -> KernelBackend:
+    """The rows that validate every call (the cpu row trusts the engine's arguments)."""
+    return _row(request.param)
+
+
+def _stack(gen: torch.Generator, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    r_max = max(RANKS)
+    a = torch.zeros(len(RANKS), r_max, K, dtype=dtype)
+    b = torch.zeros(len(RANKS), N, r_max, dtype=dtype)
+    for slot, rank in enumerate(RANKS):
+        a[slot, :rank] = torch.randn(rank, K, generator=gen).to(dtype) / rank**0.5
+        b[slot, :, :rank] = torch.randn(N, rank, generator=gen).to(dtype)
+    scales = torch.tensor([2.0, 0.5, 0.25, 1.0])
+    return a, b, scales
+
+
+def _dense(
+    x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scales: torch.Tensor, slots: list[int]
+):
+    """Row by row, each with only its own adapter's true rank (no padding involved)."""
+    out = torch.zeros(x.shape[0], N, dtype=torch.float64)
+    for t, slot in enumerate(slots):
+        if slot >= 0:
+            rank = RANKS[slot]
+            xa = x[t].double() @ a[slot, :rank].double().t()
+            out[t] = scales[slot].double() * (xa @ b[slot, :, :rank].double().t())
+    return out
+
+
+def _wide_y(
+    rows: int, gen: torch.Generator, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A [rows, 3N] output whose middle N columns are the kernels' `y` (a strided view)."""
+    wide = torch.randn(rows, 3 * N, generator=gen).to(dtype)
+    return wide, wide[:, N : 2 * N]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_bgmv_matches_the_dense_loop_and_skips_base_rows(
+    row: KernelBackend, gen: torch.Generator, dtype: torch.dtype
+) -> None:
+    a, b, scales = _stack(gen, dtype)
+    slots = [2, -1, 0, 3, 1, -1, 2, 0]
+    x = torch.randn(len(slots), K, generator=gen).to(dtype)
+    wide, y = _wide_y(len(slots), gen, dtype)
+    before = wide.clone()
+    row.lora_bgmv(y, x, a, b, scales, torch.tensor(slots, dtype=torch.int32))
+    want = before[:, N : 2 * N].double() + _dense(x, a, b, scales, slots)
+    assert rel_error(y, want) < REL_TOL[dtype]
+    base = [t for t, s in enumerate(slots) if s < 0]
+    assert torch.equal(wide[base], before[base]), "rows without an adapter changed"
+    assert torch.equal(wide[:, :N], before[:, :N]) and torch.equal(
+        wide[:, 2 * N :], before[:, 2 * N :]
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sgmv_ragged_and_empty_segments(
+    row: KernelBackend, gen: torch.Generator, dtype: torch.dtype
+) -> None:
+    a, b, scales = _stack(gen, dtype)
+    # lengths 5, 0 (empty), 37 (several row tiles), 1, 0, 20 (base model), 16
+    lengths = [5, 0, 37, 1, 0, 20, 16]
+    seg_slots = [3, 1, 0, 2, 0, -1, 1]
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    per_row = [s for s, n in zip(seg_slots, lengths, strict=True) for _ in range(n)]
+    x = torch.randn(starts[-1], K, generator=gen).to(dtype)
+    wide, y = _wide_y(starts[-1], gen, dtype)
+    before = wide.clone()
+    row.lora_sgmv(
+        y,
+        x,
+        a,
+        b,
+        scales,
+        torch.tensor(starts, dtype=torch.int32),
+        torch.tensor(seg_slots, dtype=torch.int64),
+        max(lengths),
+    )
+    want = before[:, N : 2 * N].double() + _dense(x, a, b, scales, per_row)
+    assert rel_error(y, want) < REL_TOL[dtype]
+    base = [t for t, s in enumerate(per_row) if s < 0]
+    assert base and torch.equal(wide[base], before[base]), "rows without an adapter changed"
+
+
+def test_rank_slice_of_the_stack(row: KernelBackend, gen: torch.Generator) -> None:
+    """The engine passes `A[:, :r]`, `B[:, :, :r]` (the batch's largest rank): strided views."""
+    a, b, scales = _stack(gen, torch.float32)
+    slots = [1, 3, -1]  # ranks 8 and 5: the first 8 columns of the stack suffice
+    x = torch.randn(3, K, generator=gen)
+    y = torch.zeros(3, N)
+    row.lora_bgmv(y, x, a[:, :8], b[:, :, :8], scales, torch.tensor(slots))
+    assert rel_error(y, _dense(x, a, b, scales, slots)) < REL_TOL[torch.float32]
+    y2 = torch.zeros(3, N)
+    row.lora_sgmv(
+        y2, x, a[:, :8], b[:, :, :8], scales, torch.tensor([0, 1, 2, 3]), torch.tensor(slots)
+    )
+    assert rel_error(y2, y) < REL_TOL[torch.float32]
+
+
+def test_no_adapter_at_all_leaves_y_alone(row: KernelBackend, gen: torch.Generator) -> None:
+    a, b, scales = _stack(gen, torch.float32)
+    x, y = torch.randn(4, K, generator=gen), torch.randn(4, N, generator=gen)
+    before = y.clone()
+    row.lora_bgmv(y, x, a, b, scales, torch.full((4,), -1))
+    row.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 4]), torch.tensor([-1]))
+    row.lora_sgmv(y[:0], x[:0], a, b, scales, torch.tensor([0]), torch.tensor([], dtype=torch.long))
+    assert torch.equal(y, before)
+
+
+def test_shape_errors_are_named(checked_row: KernelBackend, gen: torch.Generator) -> None:
+    row = checked_row
+    a, b, scales = _stack(gen, torch.float32)
+    x, y = torch.randn(2, K), torch.zeros(2, N)
+    with pytest.raises(KernelArgumentError, match="lora_b shape"):
+        row.lora_bgmv(y, x, a, b[:, :, :8], scales, torch.tensor([0, 1]))
+    with pytest.raises(KernelArgumentError, match="x has K"):
+        row.lora_bgmv(y, torch.zeros(2, K + 1), a, b, scales, torch.tensor([0, 1]))
+    with pytest.raises(KernelArgumentError, match="one more is needed"):
+        row.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 2]), torch.tensor([0, 1]))
+    with pytest.raises(KernelArgumentError, match="token_slots has 1"):
+        row.lora_bgmv(y, x, a, b, scales, torch.tensor([0]))
