@@ -215,6 +215,10 @@ class LedgerEntry(Base):
     finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     batch_id: Mapped[str | None] = mapped_column(String(64))
+    # The LoRA adapter the request ran with (migration 0010); NULL: the base model alone.
+    # `model_id` stays the base model (its device ran the request), `price_id` is the
+    # adapter's own price version when it has one.
+    adapter: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         CheckConstraint("status IN ('finished', 'stopped', 'aborted', 'failed')", name="status"),
@@ -381,3 +385,6 @@ from hydrant.platform.db.credit_models import CreditAlertThreshold as CreditAler
 from hydrant.platform.db.credit_models import CreditApplication as CreditApplication  # noqa: E402
 from hydrant.platform.db.credit_models import CreditGrant as CreditGrant  # noqa: E402
 from hydrant.platform.db.credit_models import CreditSettlement as CreditSettlement  # noqa: E402
+
+# --- LoRA adapters (issue #28): registered per base model (db/adapter_models.py) ----------
+from hydrant.platform.db.adapter_models import Adapter as Adapter  # noqa: E402
