@@ -372,8 +372,11 @@ class StoredResponse(Base):
     __table_args__ = (Index(None, "tenant_id", "created_at"), Index(None, "expires_at"))
 
 
-# --- The Batch API (issue #27): files, batches, their lines (db/batch_models.py) ----------
 # Imported here so that every table is on the metadata whenever the models are.
+# --- LoRA adapters (issue #28): registered per base model (db/adapter_models.py) ----------
+from hydrant.platform.db.adapter_models import Adapter as Adapter  # noqa: E402
+
+# --- The Batch API (issue #27): files, batches, their lines (db/batch_models.py) ----------
 from hydrant.platform.db.batch_models import Batch as Batch  # noqa: E402
 from hydrant.platform.db.batch_models import BatchLine as BatchLine  # noqa: E402
 from hydrant.platform.db.batch_models import FileBlob as FileBlob  # noqa: E402
@@ -385,6 +388,3 @@ from hydrant.platform.db.credit_models import CreditAlertThreshold as CreditAler
 from hydrant.platform.db.credit_models import CreditApplication as CreditApplication  # noqa: E402
 from hydrant.platform.db.credit_models import CreditGrant as CreditGrant  # noqa: E402
 from hydrant.platform.db.credit_models import CreditSettlement as CreditSettlement  # noqa: E402
-
-# --- LoRA adapters (issue #28): registered per base model (db/adapter_models.py) ----------
-from hydrant.platform.db.adapter_models import Adapter as Adapter  # noqa: E402

@@ -275,6 +275,7 @@ class InferenceService:
                 tenant_id=ctx.tenant_id,
                 tenant_weight=ctx.tenant_weight,
                 priority=ctx.priority,
+                adapter=model.adapter,  # its path travels with every request: loaded on first use
             )
             stream = model.client.generate(request)
             prompts.append(_Prompt(request_id, stream, None, len(prompt.token_ids)))

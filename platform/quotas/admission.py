@@ -82,6 +82,14 @@ class RequestContext(Generic[P]):
     max_model_len: int | None = None
     started_at: datetime = field(default_factory=utcnow)
     batch: BatchTicket | None = None  # a Batch API line: the gate's batch lane, not the rates
+    # The LoRA adapter it runs with: `model` stays the base model (its pool, lanes, limits);
+    # the price and the ledger entry name the adapter too.
+    adapter: str | None = None
+
+    @property
+    def public_model(self) -> str:
+        """The model as the client named it in the answer: `base:adapter` for an adapter."""
+        return self.model if self.adapter is None else f"{self.model}:{self.adapter}"
 
 
 class Admission(Protocol):
