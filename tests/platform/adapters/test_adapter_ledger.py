@@ -1,26 +1,37 @@
 """The ledger entry of an adapter's request: the base model's row, the adapter named, priced at
 the adapter's own version when it has one and the base model's otherwise, live and replayed
-from the spool alike (on both databases: PostgreSQL writes through its own insert)."""
+from the spool alike (on both databases: PostgreSQL writes through its own insert); reports
+and rollups give each adapter its own line, `base:adapter`."""
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from sqlalchemy import select
 
 from hydrant.engine.protocol import RequestUsage, Sampling
+from hydrant.platform.auth.principal import CONSOLE
 from hydrant.platform.billing.device import DevicePrice
 from hydrant.platform.db.base import utcnow
-from hydrant.platform.db.models import LedgerEntry, ModelDeployment, Price, Tenant
+from hydrant.platform.db.models import (
+    LedgerEntry,
+    LedgerHourlyRollup,
+    ModelDeployment,
+    Price,
+    Tenant,
+)
 from hydrant.platform.db.session import Database
 from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
 from hydrant.platform.quotas.admission import RequestContext
+from hydrant.platform.reports.query import ReportQuery
+from hydrant.platform.reports.repository import aggregate
+from hydrant.platform.reports.rollups import rollup_hours
 
 EPOCH = datetime(2020, 1, 1, tzinfo=UTC)
 OUTCOME = Outcome(
@@ -86,5 +97,24 @@ async def test_adapter_entries_name_it_and_use_its_price(database_url: str, tmp_
             "r_chat": ("mdl_demo", "chat", "prc_mdl_demo", Decimal("3.000000")),
             "r_spooled": ("mdl_demo", "sql", "prc_mdl_sql", Decimal("12.000000")),
         }
+        # Reports and the hourly rollups group by model, an adapter's requests on its own line.
+        since, until = OUTCOME.finished_at - timedelta(days=1), utcnow() + timedelta(hours=1)
+        async with database.session() as session:
+            lines = await aggregate(session, CONSOLE, ReportQuery(since=since, until=until))
+            only = await aggregate(
+                session, CONSOLE, ReportQuery(since=since, until=until, model="demo:sql")
+            )
+        assert {(r.model, r.requests, r.charged) for r in lines} == {
+            ("demo", 1, Decimal("3.000000")),
+            ("demo:chat", 1, Decimal("3.000000")),
+            ("demo:sql", 2, Decimal("24.000000")),
+        }
+        assert [(r.model, r.requests) for r in only] == [("demo:sql", 2)]
+        assert await rollup_hours(database, since, until) > 0
+        async with database.session() as session:
+            rolled = {
+                (r.model, r.requests) for r in await session.scalars(select(LedgerHourlyRollup))
+            }
+        assert rolled == {("demo", 1), ("demo:chat", 1), ("demo:sql", 2)}
     finally:
         await database.dispose()
