@@ -154,7 +154,9 @@ def adapters() -> None:
     Gateways see a change within HYDRANT_ADAPTER_REFRESH_S, without a restart."""
 
 
-ADAPTER_COLUMNS = ("model", "tenant_id", "path", "price_model_id", "created_at")
+ADAPTER_COLUMNS = (
+    "model", "tenant_id", "path", "hosting_fee_per_day", "price_model_id", "created_at"
+)  # fmt: skip
 
 
 @adapters.command("add")
@@ -165,6 +167,7 @@ ADAPTER_COLUMNS = ("model", "tenant_id", "path", "price_model_id", "created_at")
 @click.option("--input-price", help="Its own price per million input tokens (a decimal).")
 @click.option("--output-price", help="Per million output tokens (with --input-price).")
 @click.option("--cached-input-price", help="Per million cached input tokens (default: input).")
+@click.option("--hosting-fee-per-day", help="Charged to its tenant per UTC day (a decimal).")
 @json_option
 @pass_context
 def adapters_add(
@@ -176,6 +179,7 @@ def adapters_add(
     input_price: str | None,
     output_price: str | None,
     cached_input_price: str | None,
+    hosting_fee_per_day: str | None,
     as_json: bool,
 ) -> None:
     """Register the PEFT adapter at PATH as NAME on the model BASE (`BASE:NAME` in requests).
@@ -204,9 +208,9 @@ def adapters_add(
                 await s.prices.create_deployment(
                     DeploymentCreate(name=spec.name, path=str(spec.path))
                 )
-        body = msgspec.convert(
-            {"name": name, "path": path, "tenant_id": owner, "price": price}, AdapterCreate
-        )
+        fields: dict[str, object] = {"name": name, "path": path, "tenant_id": owner}
+        fields |= {"price": price, "hosting_fee_per_day": hosting_fee_per_day}
+        body = msgspec.convert(fields, AdapterCreate)
         return AdapterView.of(*await s.adapters.register(base, body))
 
     _emit([_run(cli, work)], ADAPTER_COLUMNS, as_json)

@@ -5,7 +5,7 @@ Revises: 0009
 Create Date: 2026-12-05 07:30:00.000000
 
 LoRA adapters (issue #28): the `adapters` table (unique name per base model, an owning
-tenant or NULL for public) and the nullable `ledger_entries.adapter`, which SQLite adds
+tenant or NULL for public, an optional hosting fee per day) and the nullable `ledger_entries.adapter`, which SQLite adds
 in place (no rebuild; existing entries ran on base models: NULL is right for them).
 """
 
@@ -30,8 +30,13 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("path", sa.String(length=1000), nullable=False),
         sa.Column("tenant_id", sa.String(length=40), nullable=True),
+        sa.Column("hosting_fee_per_day", sa.Numeric(precision=20, scale=6), nullable=True),
         sa.Column(
             "created_at", hydrant.platform.db.base.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.CheckConstraint(
+            "hosting_fee_per_day IS NULL OR hosting_fee_per_day >= 0",
+            name=op.f("ck_adapters_hosting_fee"),
         ),
         sa.ForeignKeyConstraint(
             ["tenant_id"],

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct
 
 from hydrant.platform.db.adapter_models import Adapter
+from hydrant.platform.prices.decimal_text import DecimalText, format_decimal
 from hydrant.platform.prices.schemas import PriceCreate
 
 AdapterName = Annotated[
@@ -17,12 +18,14 @@ AdapterName = Annotated[
 
 class AdapterCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     """`tenant_id` null: a public adapter. `price`: its first price version (optional: with
-    none of its own, requests are charged the base model's price)."""
+    none of its own, requests are charged the base model's price). `hosting_fee_per_day`:
+    charged to its tenant for every UTC day it is registered (a tenant's adapter only)."""
 
     name: AdapterName
     path: Annotated[str, Meta(min_length=1, max_length=1000)]
     tenant_id: str | None = None
     price: PriceCreate | None = None
+    hosting_fee_per_day: DecimalText | None = None  # charged to its tenant per UTC day
 
 
 class AdapterView(Struct, kw_only=True):
@@ -33,6 +36,7 @@ class AdapterView(Struct, kw_only=True):
     model: str  # what requests name: `base:adapter`
     path: str
     tenant_id: str | None
+    hosting_fee_per_day: str | None
     # Its entry in the price book (`/admin/models/{price_model_id}/prices`).
     price_model_id: str
     created_at: datetime
@@ -46,6 +50,9 @@ class AdapterView(Struct, kw_only=True):
             model=f"{row.base_model}:{row.name}",
             path=row.path,
             tenant_id=row.tenant_id,
+            hosting_fee_per_day=(
+                None if row.hosting_fee_per_day is None else format_decimal(row.hosting_fee_per_day)
+            ),
             price_model_id=price_model_id,
             created_at=row.created_at,
         )

@@ -20,10 +20,12 @@ from hydrant.platform.adapters import repository
 from hydrant.platform.adapters.catalog import AdapterEntry
 from hydrant.platform.adapters.peft_config import inspect_adapter
 from hydrant.platform.adapters.schemas import AdapterCreate
+from hydrant.platform.billing.money import STORAGE_PLACES
 from hydrant.platform.db.adapter_models import Adapter
 from hydrant.platform.db.models import ModelDeployment, Tenant
-from hydrant.platform.errors import Conflict, NotFound, Unprocessable
+from hydrant.platform.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from hydrant.platform.prices import repository as price_book
+from hydrant.platform.prices.decimal_text import parse_decimal
 from hydrant.platform.prices.service import PriceService
 
 
@@ -53,6 +55,19 @@ class AdapterService:
             )
         if body.tenant_id is not None and await self._session.get(Tenant, body.tenant_id) is None:
             raise NotFound(f"no tenant {body.tenant_id!r}", param="tenant_id")
+        fee = None
+        if body.hosting_fee_per_day is not None:
+            if body.tenant_id is None:
+                raise InvalidRequest(
+                    "a public adapter has no tenant to charge a hosting fee to",
+                    param="hosting_fee_per_day",
+                )
+            fee = parse_decimal(
+                body.hosting_fee_per_day,
+                param="hosting_fee_per_day",
+                places=STORAGE_PLACES,
+                integer_digits=10,
+            )
         info = inspect_adapter(Path(body.path), Path(base.path))
         if info.problems:
             raise Unprocessable(
@@ -61,7 +76,11 @@ class AdapterService:
                 param="path",
             )
         row = Adapter(
-            base_model=base.name, name=body.name, path=body.path, tenant_id=body.tenant_id
+            base_model=base.name,
+            name=body.name,
+            path=body.path,
+            tenant_id=body.tenant_id,
+            hosting_fee_per_day=fee,
         )
         self._session.add(row)
         try:

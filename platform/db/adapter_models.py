@@ -10,11 +10,12 @@ any model; with no version of its own, the base model's price applies.
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
-from sqlalchemy import ForeignKey, String, UniqueConstraint
+from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from hydrant.platform.db.base import Base, UTCDateTime, new_id, utcnow
+from hydrant.platform.db.base import MONEY, Base, UTCDateTime, new_id, utcnow
 
 
 class Adapter(Base):
@@ -28,6 +29,14 @@ class Adapter(Base):
     tenant_id: Mapped[str | None] = mapped_column(
         ForeignKey("tenants.id", ondelete="CASCADE"), index=True
     )
+    # Charged to the owning tenant once per UTC day it is registered (adapters/hosting.py);
+    # NULL: none. A public adapter has no tenant to charge, so none (the service refuses it).
+    hosting_fee_per_day: Mapped[Decimal | None] = mapped_column(MONEY)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
-    __table_args__ = (UniqueConstraint("base_model", "name"),)
+    __table_args__ = (
+        UniqueConstraint("base_model", "name"),
+        CheckConstraint(
+            "hosting_fee_per_day IS NULL OR hosting_fee_per_day >= 0", name="hosting_fee"
+        ),
+    )

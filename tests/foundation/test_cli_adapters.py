@@ -53,10 +53,12 @@ def test_add_list_remove(run: Callable[..., Result], tmp_path: Path, demo_model_
     added = json.loads(
         run(
             "models", "adapters", "add", "demo", "sql", path, "--tenant", "acme",
-            "--input-price", "0.5", "--output-price", "1.5", "--json",
+            "--input-price", "0.5", "--output-price", "1.5", "--hosting-fee-per-day", "2",
+            "--json",
         ).stdout
     )[0]  # fmt: skip
     assert (added["model"], added["path"]) == ("demo:sql", path)
+    assert added["hosting_fee_per_day"] == "2.000000"
     assert added["tenant_id"].startswith("ten_") and added["price_model_id"].startswith("mdl_")
     run(
         "models",
@@ -67,7 +69,9 @@ def test_add_list_remove(run: Callable[..., Result], tmp_path: Path, demo_model_
         str(write_adapter(tmp_path / "o", demo_model_dir)),
     )
     table = run("models", "adapters", "list", "demo").stdout.splitlines()
-    assert table[0].split("\t") == ["model", "tenant_id", "path", "price_model_id", "created_at"]
+    assert table[0].split("\t") == [
+        "model", "tenant_id", "path", "hosting_fee_per_day", "price_model_id", "created_at"
+    ]  # fmt: skip
     assert [line.split("\t")[:2] for line in table[1:]] == [
         ["demo:open", "-"],
         ["demo:sql", added["tenant_id"]],

@@ -25,6 +25,7 @@ async def test_register_list_remove(cp: ControlPlane, tmp_path: Path, demo_model
         "path": path,
         "tenant_id": tenant["id"],
         "price": {"input_per_mtok": "0.5", "output_per_mtok": "1.5"},
+        "hosting_fee_per_day": "1.25",
     }
     url = "/admin/models/demo/adapters"
     assert (await cp.client.post(url, json=body)).status_code == 401
@@ -34,6 +35,7 @@ async def test_register_list_remove(cp: ControlPlane, tmp_path: Path, demo_model
     view = created.json()
     assert view["id"].startswith("adp_")
     assert (view["model"], view["tenant_id"], view["path"]) == ("demo:sql", tenant["id"], path)
+    assert view["hosting_fee_per_day"] == "1.250000"
     # Its price version is in the price book, under the adapter's own model row.
     prices = await cp.client.get(f"/admin/models/{view['price_model_id']}/prices", headers=cp.admin)
     assert [(p["input_per_mtok"], p["output_per_mtok"]) for p in prices.json()["data"]] == [
@@ -44,6 +46,7 @@ async def test_register_list_remove(cp: ControlPlane, tmp_path: Path, demo_model
         headers=cp.admin,
     )  # fmt: skip
     assert public.status_code == 201 and public.json()["tenant_id"] is None
+    assert public.json()["hosting_fee_per_day"] is None
     listed = (await cp.client.get(url, headers=cp.admin)).json()["data"]
     assert [a["model"] for a in listed] == ["demo:chat", "demo:sql"]
 
@@ -70,6 +73,7 @@ async def test_bad_registrations_get_clear_errors(
         (url, {"name": "a", "path": good}, 409, "has an adapter named 'a'"),
         (url, {"name": "bad:name", "path": good}, 400, "matching regex"),
         (url, {"name": "b", "path": good, "tenant_id": "ten_nobody"}, 404, "no tenant"),
+        (url, {"name": "b", "path": good, "hosting_fee_per_day": "1"}, 400, "no tenant to charge"),
         (url, {"name": "b", "path": str(tmp_path / "missing")}, 422, "is not a directory"),
         ("/admin/models/nope/adapters", {"name": "b", "path": good}, 404, "no model named"),
         # An adapter's own price-book row is not a base model: adapters do not stack.
