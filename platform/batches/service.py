@@ -25,7 +25,7 @@ from hydrant.platform.batches.lines import ENDPOINTS, Checked, check_file
 from hydrant.platform.batches.reservation import released, to_json
 from hydrant.platform.batches.schemas import BatchCreate
 from hydrant.platform.billing.money import round_money
-from hydrant.platform.billing.pricing import Price
+from hydrant.platform.billing.pricing import Price, price_of
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.batch_models import Batch
 from hydrant.platform.db.session import Database
@@ -125,7 +125,9 @@ class BatchService(BatchBook):
             async with self._session() as session:
                 session.add(batch)
             return batch
-        price = self._batch_price(batch.model) or Price(Decimal(0), Decimal(0))
+        # An adapter's own batch price when it has one, else its base model's.
+        adapter = checked.adapter.rpartition(":")[2] if checked.adapter else None
+        price = price_of(self._batch_price, batch.model, adapter) or Price(Decimal(0), Decimal(0))
         await self._check_queue(principal, batch.model, checked)
         reserved_money = sum(
             (cost.money(price) for cost in checked.costs.values()), start=Decimal(0)

@@ -7,8 +7,10 @@ output, is tested in the engine's own tests.)
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -160,3 +162,53 @@ def test_a_removed_adapter_is_gone_at_once_and_can_come_back(
     with pytest.raises(openai.NotFoundError):
         a.completions.create(model="demo:brief", prompt="Hi", max_tokens=2)
     assert "demo:brief" not in {m.id for m in a.models.list().data}
+
+
+def _batch_file(a: openai.OpenAI, models: list[str]) -> str:
+    lines = [
+        {
+            "custom_id": f"line-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": model, "messages": MESSAGES, "max_tokens": 3},
+        }
+        for i, model in enumerate(models)
+    ]
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    return a.files.create(file=("batch.jsonl", content), purpose="batch").id
+
+
+def test_a_batch_runs_on_one_adapter_at_its_batch_price(
+    server: RunningServer, tenants: tuple[str, openai.OpenAI, openai.OpenAI]
+) -> None:
+    _, a, _ = tenants
+    mixed = a.batches.create(
+        input_file_id=_batch_file(a, ["demo:tuned", "demo"]),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    assert mixed.status == "failed" and mixed.errors is not None and mixed.errors.data
+    assert mixed.errors.data[0].code == "mismatched_model"
+    batch = a.batches.create(
+        input_file_id=_batch_file(a, ["demo:tuned", "tuned"]),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    deadline = time.monotonic() + 120
+    while (batch := a.batches.retrieve(batch.id)).status not in ("completed", "failed"):
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.3)
+    assert batch.status == "completed" and batch.request_counts is not None
+    assert batch.request_counts.completed == 2
+    with sqlite3.connect(server.data_dir / "hydrant.db") as db:
+        rows = db.execute(
+            "SELECT adapter, input_tokens, output_tokens, charged FROM ledger_entries"
+            " WHERE batch_id = ?",
+            (batch.id,),
+        ).fetchall()
+    assert len(rows) == 2
+    for adapter, input_tokens, output_tokens, charged in rows:
+        # Half the adapter's own price (2 and 3 per million), a batch line's default.
+        expected = (input_tokens * Decimal(1) + output_tokens * Decimal("1.5")) / 1_000_000
+        assert adapter == "tuned"
+        assert Decimal(str(charged)) == expected.quantize(Decimal("0.000001"))
