@@ -22,6 +22,11 @@ async def adapters_of(session: AsyncSession, base_model: str) -> Sequence[Adapte
     return (await session.scalars(statement)).all()
 
 
+async def all_adapters(session: AsyncSession) -> Sequence[Adapter]:
+    statement = select(Adapter).order_by(Adapter.base_model, Adapter.name)
+    return (await session.scalars(statement)).all()
+
+
 async def price_models(session: AsyncSession, names: Sequence[str]) -> dict[str, str]:
     """Price-book row id by model name, for `names`."""
     if not names:

@@ -101,6 +101,12 @@ class AdapterService:
         rows = await repository.adapters_of(self._session, base.name)
         return await self._with_price_models(rows)
 
+    async def bases_by_model_name(self) -> dict[str, str]:
+        """Every registered adapter's price-book name (`base:adapter`) and its base model,
+        for the models page to tell adapters from models."""
+        rows = await repository.all_adapters(self._session)
+        return {f"{r.base_model}:{r.name}": r.base_model for r in rows}
+
     async def remove(self, base_model: str, name: str) -> None:
         row = await repository.adapter_named(self._session, base_model, name)
         if row is None:
