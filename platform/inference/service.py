@@ -215,6 +215,7 @@ class Generation:
                     "tenant_id": self.ctx.tenant_id,
                     "key_prefix": self.ctx.key_prefix,
                     "model": self.ctx.model,
+                    "adapter": self.ctx.adapter,
                     "status": outcome.status,
                     "prompt_tokens": usage.prompt_tokens,
                     "cached_tokens": usage.cached_tokens,

@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 
 from hydrant.engine.protocol import BACKGROUND_PRIORITY, Sampling
-from hydrant.platform.billing.pricing import Price
+from hydrant.platform.billing.pricing import Price, adapter_model_name
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.quotas.checks import Admission as Reservation
@@ -89,7 +89,7 @@ class RequestContext(Generic[P]):
     @property
     def public_model(self) -> str:
         """The model as the client named it in the answer: `base:adapter` for an adapter."""
-        return self.model if self.adapter is None else f"{self.model}:{self.adapter}"
+        return adapter_model_name(self.model, self.adapter)
 
 
 class Admission(Protocol):
