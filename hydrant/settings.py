@@ -67,6 +67,7 @@ class Settings:
     secret_key: str | None = None
     key_env: Literal["live", "test"] = "live"
     key_cache_ttl_s: float = 5.0
+    adapter_refresh_s: float = 5.0  # how soon other gateways see an adapter added or removed
     auto_migrate: bool = True
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"

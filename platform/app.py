@@ -18,6 +18,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.types import ControllerRouterHandler
 
+from hydrant.platform.adapters.controllers import AdapterAdminController
 from hydrant.platform.auth.context import SERVICES_STATE_KEY
 from hydrant.platform.auth.dependencies import (
     provide_db_session,
@@ -85,6 +86,7 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         PlanAdminController,
         KeyAdminController,
         PriceBookController,
+        AdapterAdminController,  # /admin/models/{base}/adapters
         AccountController,
         AccountKeysController,
         CreditAdminController,
@@ -141,6 +143,8 @@ def dependencies(services: Services) -> dict[str, Provide]:
         "served_models": services.models,
         "runtime": services.runtime,
         "files": services.files,
+        # The gateway's adapter catalog, told of admin changes at once (None: no `/v1` here).
+        "adapter_catalog": services.inference.adapters if services.inference else None,
     }
     deps = {name: _constant(value) for name, value in provided.items()}
     deps["db_session"] = Provide(provide_db_session)

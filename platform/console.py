@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from hydrant.platform.adapters.deps import provide_adapter_service
+from hydrant.platform.adapters.service import AdapterService
 from hydrant.platform.auth.from_settings import build_authenticator
 from hydrant.platform.auth.principal import CONSOLE, Principal
 from hydrant.platform.batches.book import BatchBook
@@ -38,6 +40,7 @@ class AdminServices:
     prices: PriceService
     batches: BatchBook
     credits: CreditService
+    adapters: AdapterService
 
 
 @asynccontextmanager
@@ -57,6 +60,8 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
                 # Its own short units of work: a cancel is seen by the batch's runner at once.
                 batches=BatchBook(database, tenant_only=False),
                 credits=await provide_credit_service(session, database),
+                # No catalog here: gateways see the change within HYDRANT_ADAPTER_REFRESH_S.
+                adapters=await provide_adapter_service(session, authenticator, None),
             )
     finally:
         await database.dispose()

@@ -6,6 +6,7 @@ names every domain's jobs; the jobs package only runs a table it is given.
 
 from __future__ import annotations
 
+from hydrant.platform.adapters.tasks import TASKS as ADAPTER_TASKS
 from hydrant.platform.batches.tasks import TASKS as BATCH_TASKS
 from hydrant.platform.digests.tasks import TASKS as DIGEST_TASKS
 from hydrant.platform.dispatch.tasks import TASKS as POOL_TASKS
@@ -25,6 +26,8 @@ PERIODIC: tuple[Periodic, ...] = (
     # a periodic check and not the settlement); it reads only tenants with thresholds.
     Periodic("low-balance-alerts", "hydrant.credits.check_low_balance", 60.0),
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
+    # Hourly, and idempotent per adapter and day (adapters/hosting.py): a day is charged once.
+    Periodic("adapter-hosting-fees", "hydrant.adapters.hosting_fees", 3600.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
     Periodic("files-purge", "hydrant.files.purge", 3600.0),
     # Starts batches no runner holds: a new one whose run was not enqueued, or one whose
@@ -50,6 +53,7 @@ JOB_TABLE = JobTable.of(
         *FILE_TASKS,
         *BATCH_TASKS,
         *POOL_TASKS,
+        *ADAPTER_TASKS,
     ),
     PERIODIC,
 )

@@ -27,6 +27,7 @@ from typing import Protocol
 from litestar import Litestar
 from prometheus_client import CollectorRegistry
 
+from hydrant.platform.adapters.catalog import AdapterCatalog
 from hydrant.platform.auth.brute_force import build_brute_force_guard
 from hydrant.platform.auth.context import SERVICES_STATE_KEY, AuthContext
 from hydrant.platform.auth.from_settings import build_authenticator
@@ -117,6 +118,7 @@ class InferenceServices:
     runner: BatchRunner  # runs batches' lines through `inference`, for the batch jobs
     pools: PoolManager | None = None
     credit_book: CreditBook | None = None  # prepaid credits: admission and payment
+    adapters: AdapterCatalog | None = None  # the LoRA adapters requests may name
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -127,6 +129,7 @@ class InferenceServices:
             abuse=self.abuse,
             responses=self.responses,
             default_max_tokens=self.settings.default_max_tokens,
+            adapters=self.adapters,
         )
 
     @classmethod
@@ -172,7 +175,10 @@ class InferenceServices:
         responses = ResponseStore(
             database, settings.responses_store_days, ResponseSealer(server_secret)
         )
-        api = InferenceApi(registry, inference, abuse, responses, settings.default_max_tokens)
+        adapters = AdapterCatalog(database, settings.adapter_refresh_s)
+        api = InferenceApi(
+            registry, inference, abuse, responses, settings.default_max_tokens, adapters
+        )
         lines = LineSealer(server_secret)
         return cls(
             settings=settings,
@@ -203,6 +209,7 @@ class InferenceServices:
             ),
             pools=pools,
             credit_book=credit_book,
+            adapters=adapters,
         )
 
     async def start(self) -> None:
@@ -218,6 +225,8 @@ class InferenceServices:
             try:
                 await ensure_deployments(self.database, self.settings.served_models(), default)
                 await self.prices.refresh()
+                if self.adapters is not None:
+                    await self.adapters.refresh()
                 break
             except Exception as exc:  # the database may be down at start: serve, spool, retry
                 if attempt:
@@ -225,6 +234,8 @@ class InferenceServices:
                         "price book not loaded at start", extra={"error": type(exc).__name__}
                     )
         self.prices.start()
+        if self.adapters is not None:
+            self.adapters.start()
         if self.ledger.commit == "journal":  # the journal's mover also replays what a crash left
             self._tasks.append(asyncio.create_task(self.ledger.move_journal(), name="ledger-mover"))
         else:
@@ -259,6 +270,8 @@ class InferenceServices:
         if self.credit_book is not None:
             await self.credit_book.drain()
         await self.prices.stop()
+        if self.adapters is not None:
+            await self.adapters.stop()
         if self.spool.pending():
             with contextlib.suppress(Exception):
                 await self.ledger.replay_spool()
@@ -433,6 +446,8 @@ async def open_job_runtime(ctx: JobContext) -> AsyncIterator[BatchRunner | None]
         spool_path=spool,
     )
     await inference.prices.refresh()
+    if inference.adapters is not None:
+        await inference.adapters.refresh()
     await pools.start()
     try:
         yield inference.runner

@@ -1,12 +1,18 @@
-"""Model commands: list what is served, generate the demo model, size the KV cache."""
+"""Model commands: list what is served, LoRA adapters, the demo model, KV cache sizing."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from hydrant.cli.admin import _emit, _run, json_option
 from hydrant.cli.context import CliContext, pass_context
+
+if TYPE_CHECKING:
+    from hydrant.platform.console import AdminServices
 
 
 @click.group()
@@ -151,3 +157,100 @@ def capacity(
     except (CapacityInputError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
     click.echo(format_report(plan))
+
+
+@models.group("adapters")
+def adapters() -> None:
+    """LoRA adapters of a base model: register, list, remove (as /admin/models/{base}/adapters).
+
+    Gateways see a change within HYDRANT_ADAPTER_REFRESH_S, without a restart."""
+
+
+ADAPTER_COLUMNS = (
+    "model", "tenant_id", "path", "hosting_fee_per_day", "price_model_id", "created_at"
+)  # fmt: skip
+
+
+@adapters.command("add")
+@click.argument("base")
+@click.argument("name")
+@click.argument("path")
+@click.option("--tenant", help="The owning tenant (id or name); without it, public.")
+@click.option("--input-price", help="Its own price per million input tokens (a decimal).")
+@click.option("--output-price", help="Per million output tokens (with --input-price).")
+@click.option("--cached-input-price", help="Per million cached input tokens (default: input).")
+@click.option("--hosting-fee-per-day", help="Charged to its tenant per UTC day (a decimal).")
+@json_option
+@pass_context
+def adapters_add(
+    cli: CliContext,
+    base: str,
+    name: str,
+    path: str,
+    tenant: str | None,
+    input_price: str | None,
+    output_price: str | None,
+    cached_input_price: str | None,
+    hosting_fee_per_day: str | None,
+    as_json: bool,
+) -> None:
+    """Register the PEFT adapter at PATH as NAME on the model BASE (`BASE:NAME` in requests).
+
+    Without prices it is charged the base model's price."""
+    import msgspec
+
+    from hydrant.platform.adapters.schemas import AdapterCreate, AdapterView
+    from hydrant.platform.errors import Conflict
+    from hydrant.platform.prices.schemas import DeploymentCreate
+
+    if (input_price is None) != (output_price is None):
+        raise click.UsageError("--input-price and --output-price go together")
+    price = None
+    if input_price is not None:
+        price = {"input_per_mtok": input_price, "output_per_mtok": output_price}
+        if cached_input_price is not None:
+            price["cached_input_per_mtok"] = cached_input_price
+    configured = {spec.name: spec for spec in cli.settings().served_models()}
+
+    async def work(s: AdminServices) -> AdapterView:
+        owner = (await s.tenants.find(s.principal, tenant)).id if tenant else None
+        spec = configured.get(base)
+        if spec is not None:  # a configured model no gateway has started yet: its row
+            with contextlib.suppress(Conflict):  # refused before any write: it exists
+                await s.prices.create_deployment(
+                    DeploymentCreate(name=spec.name, path=str(spec.path))
+                )
+        fields: dict[str, object] = {"name": name, "path": path, "tenant_id": owner}
+        fields |= {"price": price, "hosting_fee_per_day": hosting_fee_per_day}
+        body = msgspec.convert(fields, AdapterCreate)
+        return AdapterView.of(*await s.adapters.register(base, body))
+
+    _emit([_run(cli, work)], ADAPTER_COLUMNS, as_json)
+
+
+@adapters.command("list")
+@click.argument("base")
+@json_option
+@pass_context
+def adapters_list(cli: CliContext, base: str, as_json: bool) -> None:
+    """The adapters registered on BASE."""
+    from hydrant.platform.adapters.schemas import AdapterView
+
+    async def work(s: AdminServices) -> list[AdapterView]:
+        return [AdapterView.of(*row) for row in await s.adapters.list_of(base)]
+
+    _emit(_run(cli, work), ADAPTER_COLUMNS, as_json)
+
+
+@adapters.command("remove")
+@click.argument("base")
+@click.argument("name")
+@pass_context
+def adapters_remove(cli: CliContext, base: str, name: str) -> None:
+    """Remove the adapter NAME of BASE: requests naming it get 404 (its price history stays)."""
+
+    async def work(s: AdminServices) -> None:
+        await s.adapters.remove(base, name)
+
+    _run(cli, work)
+    click.echo(f"removed {base}:{name}")

@@ -163,6 +163,9 @@ class Checked:
     model: str | None
     costs: dict[int, LineCost]  # by line number
     errors: list[LineError]
+    # The LoRA adapter every line names on `model` (`base:adapter`), None: the base model.
+    # One per batch, like the model: the batch is priced and reserved at its price.
+    adapter: str | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -193,14 +196,15 @@ def check_file(content: bytes, url: str, api: InferenceApi, principal: Principal
             code = exc.code or "invalid_request"
             fail(LineError(code, exc.message, item.number, exc.param))
             continue
+        adapter = model.adapter.name if model.adapter is not None else None
         if checked.model is None:
-            checked.model = model.name
-        elif model.name != checked.model:
+            checked.model, checked.adapter = model.name, adapter
+        elif (model.name, adapter) != (checked.model, checked.adapter):
             fail(
                 LineError(
                     "mismatched_model",
                     f"every line of a batch must use one model; the first used "
-                    f"{checked.model!r}, this one {model.name!r}",
+                    f"{checked.adapter or checked.model!r}, this one {adapter or model.name!r}",
                     item.number,
                     "model",
                 )

@@ -31,7 +31,7 @@ from hydrant.platform.batches.lines import ENDPOINTS, Checked, check_file
 from hydrant.platform.batches.reservation import release_unused, to_json
 from hydrant.platform.batches.schemas import BatchCreate
 from hydrant.platform.billing.money import from_micro_units, round_money
-from hydrant.platform.billing.pricing import Price
+from hydrant.platform.billing.pricing import Price, price_of
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.batch_models import Batch
 from hydrant.platform.db.session import Database
@@ -160,7 +160,9 @@ class BatchService(BatchBook):
             async with self._session() as session:
                 session.add(batch)
             return batch
-        price = self._batch_price(batch.model) or Price(Decimal(0), Decimal(0))
+        # An adapter's own batch price when it has one, else its base model's.
+        adapter = checked.adapter.rpartition(":")[2] if checked.adapter else None
+        price = price_of(self._batch_price, batch.model, adapter) or Price(Decimal(0), Decimal(0))
         micros = sum(cost.micros(price) for cost in checked.costs.values())
         reserved_money = from_micro_units(micros)
         checks, standing = await self._checks(principal, checked, reserved_money, window)

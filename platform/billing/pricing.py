@@ -8,6 +8,7 @@ Cached input tokens are part of the input count (as OpenAI reports
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -115,3 +116,20 @@ def batch_price(
             else half(interactive.cached_rate)
         ),
     )
+
+
+def adapter_model_name(model: str, adapter: str | None) -> str:
+    """The model name a request is priced and reported under: `base:adapter` for a LoRA
+    adapter (its own entry in the price book), the base model's name otherwise."""
+    return model if adapter is None else f"{model}:{adapter}"
+
+
+def price_of(
+    prices: Callable[[str], Price | None], model: str, adapter: str | None
+) -> Price | None:
+    """A request's price: the adapter's own version when it has one, else the base model's."""
+    if adapter is not None:
+        own = prices(adapter_model_name(model, adapter))
+        if own is not None:
+            return own
+    return prices(model)

@@ -215,6 +215,10 @@ class LedgerEntry(Base):
     finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     batch_id: Mapped[str | None] = mapped_column(String(64))
+    # The LoRA adapter the request ran with (migration 0010); NULL: the base model alone.
+    # `model_id` stays the base model (its device ran the request), `price_id` is the
+    # adapter's own price version when it has one.
+    adapter: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         CheckConstraint("status IN ('finished', 'stopped', 'aborted', 'failed')", name="status"),
@@ -371,8 +375,11 @@ class StoredResponse(Base):
     __table_args__ = (Index(None, "tenant_id", "created_at"), Index(None, "expires_at"))
 
 
-# --- The Batch API (issue #27): files, batches, their lines (db/batch_models.py) ----------
 # Imported here so that every table is on the metadata whenever the models are.
+# --- LoRA adapters (issue #28): registered per base model (db/adapter_models.py) ----------
+from hydrant.platform.db.adapter_models import Adapter as Adapter  # noqa: E402
+
+# --- The Batch API (issue #27): files, batches, their lines (db/batch_models.py) ----------
 from hydrant.platform.db.batch_models import Batch as Batch  # noqa: E402
 from hydrant.platform.db.batch_models import BatchLine as BatchLine  # noqa: E402
 from hydrant.platform.db.batch_models import FileBlob as FileBlob  # noqa: E402

@@ -75,6 +75,7 @@ class WorkerSlot:
             reported_running=stats.num_running if stats else 0,
             reported_waiting=stats.num_waiting if stats else 0,
             kv_usage=stats.kv_usage if stats else 0.0,
+            adapters=frozenset(stats.loaded_adapters) if stats else frozenset(),
         )
 
 
@@ -175,19 +176,23 @@ class WorkerPool:
             prefix_cache_hit_rate=(
                 sum(s.prefix_cache_hit_rate for s in reported) / len(reported) if reported else 0.0
             ),
+            loaded_adapters=tuple(sorted({a for s in reported for a in s.loaded_adapters})),
         )
 
     # ---- taking a worker ------------------------------------------------------------------
 
-    async def acquire(self, key: bytes | None, exclude: set[str], tokens: int) -> WorkerSlot:
-        """A ready worker for one request (counted in flight), waking the pool if need be."""
+    async def acquire(
+        self, key: bytes | None, exclude: set[str], tokens: int, adapter: str | None = None
+    ) -> WorkerSlot:
+        """A ready worker for one request (counted in flight), waking the pool if need be;
+        `adapter`: prefer a worker that has this LoRA adapter loaded (routing.choose)."""
         self.last_used = self.clock()
         deadline = self.last_used + self.options.wake_timeout_s
         counted = False
         try:
             while True:
                 candidates = [s for s in self.ready() if s.worker_id not in exclude]
-                picked = choose([s.candidate() for s in candidates], key)
+                picked = choose([s.candidate() for s in candidates], key, adapter=adapter)
                 if picked is not None:
                     if picked.full:  # everyone is full: it queues there, and we add a worker
                         self._scale_out()
@@ -406,11 +411,17 @@ class PoolClient:
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         pool = self.pool
-        key = prefix_key(request.tenant_id, request.prompt_token_ids, pool.options.prefix_blocks)
+        adapter = request.adapter.name if request.adapter is not None else None
+        key = prefix_key(
+            request.tenant_id,
+            request.prompt_token_ids,
+            pool.options.prefix_blocks,
+            adapter=adapter,
+        )
         tokens = len(request.prompt_token_ids) + request.sampling.max_tokens * request.sampling.n
         tried: set[str] = set()
         for attempt in range(1, MAX_ATTEMPTS + 1):
-            slot = await pool.acquire(key, tried, tokens)
+            slot = await pool.acquire(key, tried, tokens, adapter)
             produced = False
             self._where[request.request_id] = slot.record.address
             try:

@@ -8,6 +8,12 @@ long prefix land where its blocks are cached, and when a worker joins or
 leaves only the keys it wins or held move. A worker that is full (its
 slots taken, or its KV cache nearly full with requests waiting) is skipped
 for the least-loaded one, like llm-d's prefix-aware scorer with a load filter.
+
+A request with a LoRA adapter goes first to the workers that report it loaded (and
+are not full): another worker would have to read it from disk first, and its cached
+prefix blocks of that adapter are there too (the engine keys them by adapter, and so
+does the affinity key). Among those, the same rules pick; with none, all workers are
+candidates and the one chosen loads it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ class Candidate:
     reported_running: int = 0  # from its heartbeat (all gateways)
     reported_waiting: int = 0
     kv_usage: float = 0.0
+    adapters: frozenset[str] = frozenset()  # the LoRA adapters it reports loaded
 
     @property
     def busy(self) -> int:
@@ -48,13 +55,20 @@ class Candidate:
 
 
 def prefix_key(
-    tenant_id: str, prompt_token_ids: Sequence[int], max_blocks: int, block_size: int = BLOCK_SIZE
+    tenant_id: str,
+    prompt_token_ids: Sequence[int],
+    max_blocks: int,
+    block_size: int = BLOCK_SIZE,
+    adapter: str | None = None,
 ) -> bytes | None:
-    """A digest of the prompt's first full blocks (at most `max_blocks`), or None if it has none."""
+    """A digest of the prompt's first full blocks (at most `max_blocks`), or None if it has
+    none; per adapter too (an adapter's KV is not the base model's)."""
     blocks = min(max_blocks, len(prompt_token_ids) // block_size)
     if blocks <= 0:
         return None
     digest = hashlib.blake2b(tenant_id.encode(), digest_size=16)
+    if adapter is not None:
+        digest.update(b"\0adapter\0" + adapter.encode())
     digest.update(blocks.to_bytes(4, "little"))
     for token in prompt_token_ids[: blocks * block_size]:
         digest.update(int(token).to_bytes(4, "little", signed=True))
@@ -71,11 +85,19 @@ def rendezvous_order(key: bytes, worker_ids: Sequence[str]) -> list[str]:
 
 
 def choose(
-    candidates: Sequence[Candidate], key: bytes | None, rng: random.Random | None = None
+    candidates: Sequence[Candidate],
+    key: bytes | None,
+    rng: random.Random | None = None,
+    adapter: str | None = None,
 ) -> Candidate | None:
-    """The worker for a request: its prefix home unless full, else the least loaded."""
+    """The worker for a request: its prefix home unless full, else the least loaded; for an
+    adapter, among the workers that have it loaded when any of them has room."""
     if not candidates:
         return None
+    if adapter is not None:
+        loaded = [c for c in candidates if adapter in c.adapters and not c.full]
+        if loaded:
+            candidates = loaded
     by_id = {c.worker_id: c for c in candidates}
     if key is not None:
         home = by_id[rendezvous_order(key, list(by_id))[0]]

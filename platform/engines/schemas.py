@@ -27,6 +27,8 @@ class EngineView(msgspec.Struct, frozen=True, kw_only=True):
     num_free_blocks: int | None
     num_total_blocks: int | None
     observed: ObservedLengths | None
+    # The LoRA adapters its engines report loaded now (a pool: any of its workers).
+    loaded_adapters: list[str] = []
 
 
 class EngineList(msgspec.Struct, frozen=True, kw_only=True):

@@ -66,6 +66,7 @@ def engine_view(served: ServedModel, observed: ObservedLengths | None) -> Engine
         kv_usage=stats.kv_usage if stats else None,
         num_free_blocks=stats.num_free_blocks if stats else None,
         num_total_blocks=stats.num_total_blocks if stats else None,
+        loaded_adapters=list(stats.loaded_adapters) if stats else [],
         observed=observed,
     )
 

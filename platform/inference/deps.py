@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hydrant.platform.adapters.catalog import AdapterCatalog
 from hydrant.platform.inference.abuse import AbuseGuard
 from hydrant.platform.inference.responses.store import ResponseStore
 from hydrant.platform.inference.service import InferenceService
@@ -23,3 +24,4 @@ class InferenceApi:
     abuse: AbuseGuard
     responses: ResponseStore
     default_max_tokens: int
+    adapters: AdapterCatalog | None = None  # LoRA adapters a request may name

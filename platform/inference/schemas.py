@@ -248,6 +248,8 @@ class ModelCard(msgspec.Struct, kw_only=True):
     created: int
     owned_by: str = "hydrant"
     object: Literal["model"] = "model"
+    # A LoRA adapter's base model (vLLM lists its LoRA modules so); null for a base model.
+    parent: str | None = None
 
 
 class ModelList(msgspec.Struct, kw_only=True):

@@ -215,6 +215,7 @@ class Generation:
                     "tenant_id": self.ctx.tenant_id,
                     "key_prefix": self.ctx.key_prefix,
                     "model": self.ctx.model,
+                    "adapter": self.ctx.adapter,
                     "status": outcome.status,
                     "prompt_tokens": usage.prompt_tokens,
                     "cached_tokens": usage.cached_tokens,
@@ -275,6 +276,7 @@ class InferenceService:
                 tenant_id=ctx.tenant_id,
                 tenant_weight=ctx.tenant_weight,
                 priority=ctx.priority,
+                adapter=model.adapter,  # its path travels with every request: loaded on first use
             )
             stream = model.client.generate(request)
             prompts.append(_Prompt(request_id, stream, None, len(prompt.token_ids)))

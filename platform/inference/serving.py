@@ -9,12 +9,13 @@ rules live in params.py and service.py; this module only runs them in order.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from litestar import Request
 from litestar.response import Response, Stream
 
+from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.errors import PermissionDenied
@@ -37,20 +38,35 @@ SSE_HEADERS = {
 
 
 def served_model(api: InferenceApi, principal: Principal, name: str) -> ServedModel:
-    """The model a request names, if this gateway serves it (404) and the key may use it (403)."""
-    model = api.registry.get(name)  # 404 model_not_found
-    check_model_allowed(principal, model.name)
+    """The model a request names, if this gateway serves it (404) and the key may use it (403).
+
+    A LoRA adapter (`base:adapter`, or its name alone) is the base model's entry with the
+    adapter attached; another tenant's adapter is answered exactly as an unknown model."""
+    model = api.registry.find(name)
+    if model is None and api.adapters is not None:
+        entry = api.adapters.resolve(name, principal.tenant_id, api.registry.names())
+        if entry is not None:
+            base = api.registry.get(entry.base_model)
+            model = replace(base, adapter=entry.ref)
+    if model is None:
+        model = api.registry.get(name)  # 404 model_not_found
+    check_model_allowed(principal, model.name, model.adapter)
     return model
 
 
-def check_model_allowed(principal: Principal, model: str) -> None:
+def check_model_allowed(
+    principal: Principal, model: str, adapter: AdapterRef | None = None
+) -> None:
+    """A plan's model list allows an adapter by its own name or by its base model's."""
     allowed = principal.allowed_models
-    if allowed is not None and model not in allowed:
-        raise PermissionDenied(
-            f"your plan does not include the model `{model}`",
-            param="model",
-            code="model_not_allowed",
-        )
+    if allowed is None or model in allowed or (adapter is not None and adapter.name in allowed):
+        return
+    name = adapter.name if adapter is not None else model
+    raise PermissionDenied(
+        f"your plan does not include the model `{name}`",
+        param="model",
+        code="model_not_allowed",
+    )
 
 
 def _context(
@@ -73,6 +89,8 @@ def _context(
         plan=principal.plan,
         max_model_len=model.max_model_len,
         batch=batch,
+        # Adapter names hold no `:`, base names may: the part after the last one.
+        adapter=model.adapter.name.rpartition(":")[2] if model.adapter else None,
     )
 
 

@@ -34,6 +34,11 @@ class Metered(Protocol):
     def model(self) -> str: ...
 
     @property
+    def adapter(self) -> str | None:
+        """The LoRA adapter it ran with on `model` (None: the base model alone)."""
+        ...
+
+    @property
     def started_at(self) -> datetime: ...
 
 

@@ -79,18 +79,20 @@ PG_COLUMNS = (
     "started_at",
     "finished_at",
     "batch_id",
+    "adapter",
     "recorded_at",
 )
 PG_INSERT = """
 INSERT INTO ledger_entries (
     request_id, tenant_id, api_key_id, model_id, price_id, status,
     input_tokens, cached_tokens, output_tokens, charged, device_seconds, device_cost,
-    started_at, finished_at, batch_id, recorded_at
+    started_at, finished_at, batch_id, adapter, recorded_at
 )
 SELECT * FROM unnest(
     $1::varchar[], $2::varchar[], $3::varchar[], $4::varchar[], $5::varchar[], $6::varchar[],
     $7::int4[], $8::int4[], $9::int4[], $10::numeric[], $11::numeric[], $12::numeric[],
-    $13::timestamptz[], $14::timestamptz[], $15::varchar[], $16::timestamptz[]
+    $13::timestamptz[], $14::timestamptz[], $15::varchar[], $16::varchar[],
+    $17::timestamptz[]
 )
 ON CONFLICT (request_id) DO NOTHING
 RETURNING request_id

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from sqlalchemy.exc import DataError, IntegrityError
 
 from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_from_ns
-from hydrant.platform.billing.pricing import TokenUsage, charge_for
+from hydrant.platform.billing.pricing import TokenUsage, adapter_model_name, charge_for
 from hydrant.platform.db.errors import DATABASE_UNAVAILABLE
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import ServiceUnavailable
@@ -108,6 +108,8 @@ def raw_entry(ctx: Metered, outcome: Outcome, batch_id: str | None = None) -> di
     }
     if batch_id is not None:
         raw["batch_id"] = batch_id
+    if ctx.adapter is not None:
+        raw["adapter"] = ctx.adapter
     return raw
 
 
@@ -377,7 +379,13 @@ class DatabaseLedger:
         """Turn a raw entry (live or spooled) into a ledger row, priced when it started."""
         started_at = datetime.fromisoformat(raw["started_at"])
         model_id = await self._model_id(session, raw["model"])
-        price_row = await self._price_at(session, model_id, started_at)
+        adapter = raw.get("adapter")  # a LoRA adapter: its own price version, if it has one
+        price_row = None
+        if adapter is not None:
+            own_id = await self._model_id(session, adapter_model_name(raw["model"], adapter))
+            price_row = await self._price_at(session, own_id, started_at)
+        if price_row is None:
+            price_row = await self._price_at(session, model_id, started_at)
         usage = TokenUsage(
             input_tokens=int(raw["input_tokens"]),
             output_tokens=int(raw["output_tokens"]),
@@ -404,6 +412,7 @@ class DatabaseLedger:
             "started_at": started_at,
             "finished_at": datetime.fromisoformat(raw["finished_at"]),
             "batch_id": batch_id,
+            "adapter": adapter,
         }
 
     async def replay_spool(self) -> int:

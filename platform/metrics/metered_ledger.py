@@ -23,7 +23,13 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from hydrant.platform.billing.device import DevicePrice, device_cost, seconds_from_ns
-from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
+from hydrant.platform.billing.pricing import (
+    Price,
+    TokenUsage,
+    adapter_model_name,
+    charge_for,
+    price_of,
+)
 from hydrant.platform.ledger.accounting import LedgerWriter, Metered, Outcome
 from hydrant.platform.metrics.gateway import GatewayMetrics
 
@@ -72,9 +78,11 @@ class MeteredLedger:
     def _observe(self, ctx: Metered, outcome: Outcome, charged_at: Price | None) -> None:
         usage = outcome.usage
         seconds = seconds_from_ns(usage.device_ns)
+        # An adapter's requests under `base:adapter`: bounded, only registered adapters resolve.
+        model = adapter_model_name(ctx.model, ctx.adapter)
         self.metrics.observe_request(
             ctx.tenant_id,
-            ctx.model,
+            model,
             outcome.status,
             prompt_tokens=usage.prompt_tokens,
             cached_tokens=usage.cached_tokens,
@@ -83,8 +91,10 @@ class MeteredLedger:
         )
         overhead = overhead_seconds(ctx, outcome)
         if overhead is not None:
-            self.metrics.observe_overhead(ctx.model, overhead)
-        price = charged_at or (self.prices(ctx.model) if self.prices is not None else None)
+            self.metrics.observe_overhead(model, overhead)
+        price = charged_at
+        if price is None and self.prices is not None:
+            price = price_of(self.prices, ctx.model, ctx.adapter)
         if price is None and self.device_price is None:
             return
         tokens = TokenUsage(
@@ -94,7 +104,7 @@ class MeteredLedger:
         )
         self.metrics.observe_charge(
             ctx.tenant_id,
-            ctx.model,
+            model,
             charge_for(tokens, price) if price is not None else Decimal(0),
             device_cost(seconds, self.device_price)
             if self.device_price is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from hydrant.engine.protocol import EngineClient
+from hydrant.engine.protocol import AdapterRef, EngineClient
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.errors import NotFound
 
@@ -27,6 +27,9 @@ class ServedModel:
     max_num_seqs: int | None = None
     block_size: int | None = None
     tool_call_parser: str | None = None  # set by the operator (None: read from the template)
+    # A LoRA adapter on this base model: a per-request view of the base model's entry
+    # (same tokenizer, same engine client), never an entry of the registry itself.
+    adapter: AdapterRef | None = None
 
 
 class ModelRegistry:
@@ -45,6 +48,9 @@ class ModelRegistry:
                 param="model",
                 code="model_not_found",
             ) from None
+
+    def find(self, name: str) -> ServedModel | None:
+        return self._models.get(name)
 
     def names(self) -> list[str]:
         return sorted(self._models)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 from hydrant.engine.protocol import BACKGROUND_PRIORITY, Sampling
+from hydrant.platform.billing.pricing import adapter_model_name
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.quotas.policy import PlanPolicy
@@ -75,6 +76,14 @@ class RequestContext(Generic[P]):
     max_model_len: int | None = None
     started_at: datetime = field(default_factory=utcnow)
     batch: BatchTicket | None = None  # a Batch API line: the gate's batch lane, not the rates
+    # The LoRA adapter it runs with: `model` stays the base model (its pool, lanes, limits);
+    # the price and the ledger entry name the adapter too.
+    adapter: str | None = None
+
+    @property
+    def public_model(self) -> str:
+        """The model as the client named it in the answer: `base:adapter` for an adapter."""
+        return adapter_model_name(self.model, self.adapter)
 
 
 class Admission(Protocol):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from hydrant.platform.billing.money import round_money
-from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for
+from hydrant.platform.billing.pricing import Price, TokenUsage, charge_for, price_of
 from hydrant.platform.errors import (
     BudgetExhausted,
     InsufficientQuota,
@@ -298,7 +298,7 @@ class QuotaGate:
             )
         output_tokens = sum(p.sampling.max_tokens * p.sampling.n for p in prepared.prompts)
         reserve_tokens = prepared.prompt_tokens + output_tokens
-        price = self.prices(ctx.model)
+        price = price_of(self.prices, ctx.model, ctx.adapter)
         reserve = Decimal(0)
         if price is not None:
             reserve = charge_for(

@@ -37,6 +37,7 @@ from hydrant.platform.reports.repository import (
     bucket_value,
     exact_sum,
     exact_value,
+    reported_model,
 )
 
 Width = Literal["1m", "1h", "1d"]
@@ -213,8 +214,8 @@ def _dialect(session: AsyncSession) -> str:
 
 def _group_columns(query: OrgQuery) -> dict[str, ColumnElement[Any]]:
     columns: dict[str, ColumnElement[Any]] = {
-        "model": ModelDeployment.name.expression,
-        "line_item": ModelDeployment.name.expression,
+        "model": reported_model(),
+        "line_item": reported_model(),
         "api_key_id": LedgerEntry.api_key_id.expression,
         "project_id": LedgerEntry.tenant_id.expression,
         "batch": LedgerEntry.batch_id.is_not(None),
@@ -255,7 +256,7 @@ async def read_page(
         )
     )
     if query.models:
-        statement = statement.where(ModelDeployment.name.in_(query.models))
+        statement = statement.where(reported_model().in_(query.models))
     if query.api_key_ids:
         statement = statement.where(LedgerEntry.api_key_id.in_(query.api_key_ids))
     if query.project_ids:

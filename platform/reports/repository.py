@@ -122,13 +122,23 @@ def _bucket_value(value: Any) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+def reported_model() -> ColumnElement[str]:
+    """The model a report line names: the base model, or `base:adapter` for a LoRA
+    adapter's requests (each adapter its own line, as its own price-book entry)."""
+    return case(
+        (LedgerEntry.adapter.is_(None), ModelDeployment.name),
+        else_=ModelDeployment.name + ":" + LedgerEntry.adapter,
+    )
+
+
 def aggregate_statement(dialect: str, principal: Principal, query: ReportQuery) -> Select[Any]:
     bucket = bucket_of(dialect, query.group_by).label("bucket")
+    model = reported_model()
     statement = (
         select(
             bucket,
             LedgerEntry.tenant_id,
-            ModelDeployment.name,
+            model,
             func.count().label("requests"),
             func.coalesce(func.sum(LedgerEntry.input_tokens), 0),
             func.coalesce(func.sum(LedgerEntry.cached_tokens), 0),
@@ -149,9 +159,9 @@ def aggregate_statement(dialect: str, principal: Principal, query: ReportQuery) 
     if query.tenant_id is not None:
         statement = statement.where(LedgerEntry.tenant_id == query.tenant_id)
     if query.model is not None:
-        statement = statement.where(ModelDeployment.name == query.model)
+        statement = statement.where(model == query.model)
     statement = scope_to(statement, LedgerEntry, principal)
-    group = (bucket_of(dialect, query.group_by), LedgerEntry.tenant_id, ModelDeployment.name)
+    group = (bucket_of(dialect, query.group_by), LedgerEntry.tenant_id, model)
     return statement.group_by(*group).order_by(*group)
 
 

@@ -9,6 +9,8 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hydrant.platform.adapters.deps import provide_adapter_service
+from hydrant.platform.adapters.service import AdapterService
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.errors import DomainError
 from hydrant.platform.prices.controllers import provide_price_service
@@ -22,17 +24,21 @@ NOTICES = {"model": "Model added.", "price": "Price added."}
 
 class ModelPagesController(Controller):
     path = "/models"
-    dependencies = {"prices": Provide(provide_price_service)}
+    dependencies = {
+        "prices": Provide(provide_price_service),
+        "adapters": Provide(provide_adapter_service),
+    }
 
     @get("/")
     async def list_page(
         self,
         page: NamedDependency[Page],
         prices: NamedDependency[PriceService],
+        adapters: NamedDependency[AdapterService],
         notice: FromQuery[str | None] = None,
     ) -> Response[str]:
         page.admin()
-        return await _render(page, prices, notice=notice)
+        return await _render(page, prices, adapters, notice=notice)
 
     @post("/")
     async def create(
@@ -41,6 +47,7 @@ class ModelPagesController(Controller):
         page: NamedDependency[Page],
         db_session: NamedDependency[AsyncSession],
         prices: NamedDependency[PriceService],
+        adapters: NamedDependency[AdapterService],
     ) -> Response[str]:
         form = await read_form(request, page)
         page.admin()
@@ -57,7 +64,7 @@ class ModelPagesController(Controller):
         except DomainError as exc:
             await db_session.rollback()
             return await _render(
-                page, prices, error=exc.message, status=exc.status, values=form.fields
+                page, prices, adapters, error=exc.message, status=exc.status, values=form.fields
             )
         return page.redirect("/ui/models?notice=model")
 
@@ -69,6 +76,7 @@ class ModelPagesController(Controller):
         page: NamedDependency[Page],
         db_session: NamedDependency[AsyncSession],
         prices: NamedDependency[PriceService],
+        adapters: NamedDependency[AdapterService],
     ) -> Response[str]:
         form = await read_form(request, page)
         page.admin()
@@ -87,7 +95,7 @@ class ModelPagesController(Controller):
                 raise
             await db_session.rollback()
             return await _render(
-                page, prices, error=exc.message, status=exc.status, values=form.fields
+                page, prices, adapters, error=exc.message, status=exc.status, values=form.fields
             )
         return page.redirect("/ui/models?notice=price")
 
@@ -95,6 +103,7 @@ class ModelPagesController(Controller):
 async def _render(
     page: Page,
     prices: PriceService,
+    adapters: AdapterService,
     *,
     notice: str | None = None,
     error: str | None = None,
@@ -102,12 +111,14 @@ async def _render(
     values: dict[str, str] | None = None,
 ) -> Response[str]:
     models, more = await prices.list_deployments(limit=200)
+    bases = await adapters.bases_by_model_name()  # LoRA adapters have price-book rows too
     now = utcnow()
     rows = []
     for model in models:
         history = list(await prices.prices(model.id))
         current = await prices.price_in_force(model.id, now)
-        rows.append({"model": model, "current": current, "history": history})
+        base = bases.get(model.name)
+        rows.append({"model": model, "current": current, "history": history, "base": base})
     return page.render(
         "models.html",
         status=status,

@@ -79,7 +79,7 @@ async def chat_completion(generation: Generation, tokenizer: Tokenizer) -> s.Cha
     return s.ChatCompletion(
         id=f"chatcmpl-{generation.ctx.request_id}",
         created=int(time.time()),
-        model=generation.ctx.model,
+        model=generation.ctx.public_model,
         choices=choices,
         usage=usage_body(
             generation.usage(),
@@ -123,7 +123,7 @@ def chat_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIterator[b
     outputs: dict[int, list[int]] | None = {} if prepared.thinking is not None else None
 
     template = ChunkTemplate(
-        s.ChatCompletionChunk(id=rid, created=created, model=ctx.model, choices=[])
+        s.ChatCompletionChunk(id=rid, created=created, model=ctx.public_model, choices=[])
     )
     chunk = template.event
 

@@ -101,7 +101,7 @@ async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Com
     return s.Completion(
         id=f"cmpl-{generation.ctx.request_id}",
         created=int(time.time()),
-        model=generation.ctx.model,
+        model=generation.ctx.public_model,
         choices=[
             s.CompletionChoice(
                 index=i,
@@ -125,7 +125,9 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     echoed = prepared.prompts[0].echo_text is not None
     offsets: dict[int, _Offsets] = {}  # per choice, over the tokens streamed so far
 
-    template = ChunkTemplate(s.Completion(id=rid, created=created, model=ctx.model, choices=[]))
+    template = ChunkTemplate(
+        s.Completion(id=rid, created=created, model=ctx.public_model, choices=[])
+    )
     chunk = template.event
 
     echo_logprobs: dict[int, s.CompletionLogprobs] = {}  # per prompt, rendered once for its n

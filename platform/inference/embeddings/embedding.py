@@ -138,6 +138,6 @@ async def embedding_list(generation: Generation, tokenizer: Tokenizer) -> Embedd
     usage = generation.usage()
     return EmbeddingList(
         data=[Embedding(index=i, embedding=_encoded(v, encoding)) for i, v in enumerate(vectors)],
-        model=generation.ctx.model,
+        model=generation.ctx.public_model,
         usage=EmbeddingUsage(prompt_tokens=usage.prompt_tokens, total_tokens=usage.prompt_tokens),
     )

@@ -134,7 +134,7 @@ async def score_list(generation: Generation, tokenizer: Tokenizer) -> dict[str, 
         "id": f"score-{generation.ctx.request_id}",
         "object": "list",
         "created": int(time.time()),
-        "model": generation.ctx.model,
+        "model": generation.ctx.public_model,
         "data": [
             {"index": i, "object": "score", "score": _cosine(vectors[a], vectors[b])}
             for i, (a, b) in enumerate(pairs)
@@ -155,7 +155,7 @@ async def rerank_results(generation: Generation, tokenizer: Tokenizer) -> dict[s
     tokens = generation.usage().prompt_tokens
     return {
         "id": f"rerank-{generation.ctx.request_id}",
-        "model": generation.ctx.model,
+        "model": generation.ctx.public_model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         "results": [
             {

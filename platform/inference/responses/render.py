@@ -192,7 +192,7 @@ def _response(
         "status": status,
         "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "model": ctx.model,
+        "model": ctx.public_model,
         "output": items,
         "usage": usage_object(usage, reasoning) if usage is not None else None,
         "parallel_tool_calls": echo.get("parallel_tool_calls", True),

@@ -14,7 +14,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, GenerateRequest, Sampling
+from hydrant.engine.protocol import (
+    AdapterRef,
+    ChoiceDelta,
+    EngineStats,
+    GenerateChunk,
+    GenerateRequest,
+    Sampling,
+)
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.platform.dispatch.metrics import PoolMetrics
 from hydrant.platform.dispatch.pool import PoolClient, PoolOptions, WorkerLost, WorkerPool
@@ -247,3 +254,31 @@ async def test_a_worker_busy_with_another_gateways_requests_is_not_put_to_sleep(
     pool.update([long_ago])
     assert await pool.maybe_scale_down()
     assert ("http://w0", "/sleep") in http.calls
+
+
+async def test_an_adapter_request_goes_to_the_worker_whose_heartbeat_lists_it() -> None:
+    pool, http, _ = make_pool()
+    stats = EngineStats(
+        num_running=0,
+        num_waiting=0,
+        kv_usage=0.0,
+        num_free_blocks=10,
+        num_total_blocks=10,
+        prefix_cache_hit_rate=0.0,
+        loaded_adapters=("demo:sql",),
+    )
+    workers = [record(f"w{i}") for i in range(4)]
+    workers[2] = msgspec.structs.replace(workers[2], stats=stats)
+    pool.update(workers)
+    assert pool.stats().loaded_adapters == ("demo:sql",)
+    client = PoolClient(pool)
+    for i in range(6):
+        request = GenerateRequest(
+            request_id=f"r{i}",
+            prompt_token_ids=list(range(40)),
+            sampling=Sampling(max_tokens=2),
+            adapter=AdapterRef(name="demo:sql", path="/adapters/sql"),
+        )
+        async for _ in client.generate(request):
+            pass
+    assert {address for address, path in http.calls if path == "/generate"} == {"http://w2"}

@@ -64,3 +64,33 @@ def test_without_affinity_the_least_loaded_wins_and_ties_spread() -> None:
     assert choose([], None) is None
     # Everyone full: still the least loaded (the engine queues it) rather than nobody.
     assert choose([_c("a", 9), _c("b", 5)], None).worker_id == "b"  # type: ignore[union-attr]
+
+
+def _with(worker_id: str, adapters: set[str], inflight: int = 0) -> Candidate:
+    return Candidate(
+        worker_id=worker_id, capacity=4, inflight=inflight, adapters=frozenset(adapters)
+    )
+
+
+def test_an_adapter_request_prefers_a_worker_that_has_it_loaded() -> None:
+    rng = random.Random(0)
+    # The loaded worker is busier, and no prefix key: without the adapter, `a` or `c` win.
+    candidates = [_with("a", set()), _with("b", {"llama:sql"}, inflight=2), _with("c", set())]
+    assert {choose(candidates, None, rng).worker_id for _ in range(20)} == {"a", "c"}  # type: ignore[union-attr]
+    picks = {choose(candidates, None, rng, adapter="llama:sql").worker_id for _ in range(20)}  # type: ignore[union-attr]
+    assert picks == {"b"}
+    # Prefix affinity still decides among the workers that have it loaded.
+    both = [_with("a", {"llama:sql"}), _with("b", {"llama:sql"}), _with("c", set())]
+    key = prefix_key("t", list(range(64)), 4, adapter="llama:sql")
+    assert key is not None
+    home = rendezvous_order(key, ["a", "b"])[0]
+    assert choose(both, key, rng, adapter="llama:sql").worker_id == home  # type: ignore[union-attr]
+
+
+def test_a_full_worker_with_the_adapter_is_passed_over_and_keys_differ_by_adapter() -> None:
+    rng = random.Random(0)
+    candidates = [_with("a", {"llama:sql"}, inflight=4), _with("b", set(), inflight=1)]
+    assert choose(candidates, None, rng, adapter="llama:sql").worker_id == "b"  # type: ignore[union-attr]
+    prompt = list(range(64))
+    assert prefix_key("t", prompt, 4) != prefix_key("t", prompt, 4, adapter="llama:sql")
+    assert prefix_key("t", prompt, 4, adapter="x:a") != prefix_key("t", prompt, 4, adapter="x:b")

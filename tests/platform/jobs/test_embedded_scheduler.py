@@ -66,6 +66,7 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         "hydrant.budgets.check",
         "hydrant.credits.check_low_balance",
         "hydrant.ledger.rollup",
+        "hydrant.adapters.hosting_fees",
         "hydrant.responses.purge",
         "hydrant.files.purge",
         "hydrant.batches.sweep",
