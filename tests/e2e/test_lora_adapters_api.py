@@ -212,3 +212,64 @@ def test_a_batch_runs_on_one_adapter_at_its_batch_price(
         expected = (input_tokens * Decimal(1) + output_tokens * Decimal("1.5")) / 1_000_000
         assert adapter == "tuned"
         assert Decimal(str(charged)) == expected.quantize(Decimal("0.000001"))
+
+
+def test_an_adapter_answers_through_the_api_as_transformers_with_it_merged(
+    server: RunningServer,
+    tenants: tuple[str, openai.OpenAI, openai.OpenAI],
+    demo_model_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """The whole path at once: the gateway resolves the name and sends the adapter's path,
+    the engine child loads it on first use and runs it in its batch. Greedy text equals
+    transformers + peft with the adapter merged (`merge_and_unload`), an independent
+    computation, and differs from the base model's (the adapter is strong enough to)."""
+    import warnings
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from hydrant.engine.tokenizer import Tokenizer
+
+    _, a, _ = tenants
+    path = write_adapter(
+        tmp_path / "strong", demo_model_dir, r=8, targets=("q_proj", "v_proj", "down_proj"), std=0.3
+    )
+    with server.admin() as admin:
+        added = admin.post(
+            "/admin/models/demo/adapters", json={"name": "strong", "path": str(path)}
+        )
+        assert added.status_code == 201, added.text
+    prompt = "The river runs to the sea"
+    tokenizer = Tokenizer.from_pretrained(demo_model_dir)
+    ids = tokenizer.encode(prompt)
+    tokens = 12
+
+    def reference(merged: bool) -> str:
+        model = AutoModelForCausalLM.from_pretrained(demo_model_dir, dtype=torch.float32).eval()
+        if merged:
+            with warnings.catch_warnings():  # peft 0.21 reads a deprecated transformers field
+                warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+                model = PeftModel.from_pretrained(model, str(path)).merge_and_unload().eval()
+        out = list(ids)
+        with torch.inference_mode():
+            for _ in range(tokens):
+                out.append(int(model(torch.tensor([out])).logits[0, -1].argmax()))
+        return tokenizer.decode(out[len(ids) :])
+
+    def served(model: str) -> str:
+        completion = a.completions.create(
+            model=model,
+            prompt=ids,
+            max_tokens=tokens,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
+        assert completion.usage is not None and completion.usage.completion_tokens == tokens
+        return completion.choices[0].text
+
+    with_adapter, base = served("demo:strong"), served("demo")
+    assert with_adapter == reference(merged=True)
+    assert base == reference(merged=False)
+    assert with_adapter != base

@@ -40,6 +40,7 @@ def write_adapter(
     r: int = 4,
     targets: Sequence[str] = ("q_proj", "v_proj"),
     seed: int = 0,
+    std: float = 0.02,
     config_overrides: dict[str, Any] | None = None,
 ) -> Path:
     """An adapter of `base_dir`'s model in `directory` (created); returns `directory`."""
@@ -52,8 +53,8 @@ def write_adapter(
             group = "mlp" if module in ("gate_proj", "up_proj", "down_proj") else "self_attn"
             prefix = f"base_model.model.model.layers.{layer}.{group}.{module}"
             fan_in, fan_out = _features(base, module)
-            tensors[f"{prefix}.lora_A.weight"] = rng.normal(0, 0.02, (r, fan_in)).astype(np.float32)
-            tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, 0.02, (fan_out, r)).astype(
+            tensors[f"{prefix}.lora_A.weight"] = rng.normal(0, std, (r, fan_in)).astype(np.float32)
+            tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, std, (fan_out, r)).astype(
                 np.float32
             )
     save_file(tensors, str(directory / "adapter_model.safetensors"))
