@@ -369,14 +369,17 @@ class WorkerPool:
 
     # ---- hot swap ---------------------------------------------------------------------------
 
-    async def swap(self, new: PoolSpec) -> int:
-        """Start workers of `new`, wait until they serve, then drain the old ones; how many old."""
+    def check_swappable(self) -> None:
         if self.kind != "hydrant":
             raise Conflict(
                 f"the pool of `{self.model}` is upstream servers ({self.kind}): roll them out"
                 " with their own deployment; the gateway follows their health checks",
                 code="upstream_pool",
             )
+
+    async def swap(self, new: PoolSpec) -> int:
+        """Start workers of `new`, wait until they serve, then drain the old ones; how many old."""
+        self.check_swappable()
         if self.swapping:
             raise Conflict(f"a swap of `{self.model}` is already running", code="swap_in_progress")
         self.swapping = True

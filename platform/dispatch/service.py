@@ -173,6 +173,7 @@ class PoolManager:
 
     async def swap(self, model: str, path: str, quantization: str | None) -> int:
         pool = self.pool(model)
+        pool.check_swappable()
         if quantization not in (None, "int8", "int4"):
             raise InvalidRequest(
                 "quantization must be `int8`, `int4` or null", param="quantization"
