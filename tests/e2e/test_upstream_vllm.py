@@ -7,6 +7,8 @@ gateway; the same token ids sent to vLLM directly give the answers to compare wi
 
 from __future__ import annotations
 
+import json
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -30,18 +32,33 @@ from hydrant.platform.dispatch.upstream_http import UpstreamHttp
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
+LONG_CONTEXT = 16384
+LONG_OUTPUT = 16000  # tens of seconds of decoding on this CPU
 
 
 @pytest.fixture(scope="session")
-def vllm(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmPeer]:
-    with vllm_serve(demo_model_dir, tmp_path_factory.mktemp("vllm")) as peer:
+def long_demo_dir(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo model with a 16k context (RoPE serves any position; the weights are the
+    same): a request can then decode for many seconds, so a client's disconnect reaches
+    vLLM while it still runs, however fast or loaded this machine is."""
+    target = tmp_path_factory.mktemp("models") / "demo-16k"
+    shutil.copytree(demo_model_dir, target)
+    config = json.loads((target / "config.json").read_text("utf-8"))
+    config["max_position_embeddings"] = LONG_CONTEXT
+    (target / "config.json").write_text(json.dumps(config), "utf-8")
+    return target
+
+
+@pytest.fixture(scope="session")
+def vllm(long_demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmPeer]:
+    with vllm_serve(long_demo_dir, tmp_path_factory.mktemp("vllm")) as peer:
         yield peer
 
 
 @pytest.fixture(scope="module")
 def gateway(
     vllm: VllmPeer,
-    demo_model_dir: Path,
+    long_demo_dir: Path,
     redis_url: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RunningServer]:
@@ -53,7 +70,7 @@ def gateway(
             "HYDRANT_UPSTREAM_HEALTH_S": "0.5",
             "HYDRANT_LOG_FORMAT": "text",
         }
-        with hydrant_server(tmp_path_factory.mktemp("gateway"), demo_model_dir, env) as running:
+        with hydrant_server(tmp_path_factory.mktemp("gateway"), long_demo_dir, env) as running:
             yield running
 
 
@@ -218,7 +235,7 @@ def test_a_client_disconnect_aborts_the_request_upstream(
     body = {
         "model": "demo",
         "prompt": PROMPT,
-        "max_tokens": 1900,  # seconds of decoding on this CPU: the disconnect comes first
+        "max_tokens": LONG_OUTPUT,
         "ignore_eos": True,
         "stream": True,
     }
@@ -232,17 +249,17 @@ def test_a_client_disconnect_aborts_the_request_upstream(
             if line.startswith("data: {"):
                 break  # the first token arrived: leave
     assert wait_for(lambda: vllm.metric("vllm:num_requests_running") == 0)
-    # Aborted, not run to its end: generation stopped short of the 1,900 tokens asked (and
+    # Aborted, not run to its end: generation stopped short of the tokens asked (and
     # stays stopped), and vLLM counts no finished request (a client's abort has no reason).
     generated = vllm.metric("vllm:generation_tokens_total")
     time.sleep(1.0)
     assert vllm.metric("vllm:generation_tokens_total") == generated
-    assert generated - generated_before < 1900
+    assert generated - generated_before < LONG_OUTPUT
     assert vllm.requests_seen() == finished_before, "the request ran to its end upstream"
     assert wait_for(lambda: len(ledger_rows(gateway, tenant_id)) == 1)
     ((_, status, input_tokens, output_tokens, _),) = ledger_rows(gateway, tenant_id)
     assert status in ("stopped", "aborted")
-    assert input_tokens > 0 and 1 <= output_tokens < 1900  # billed for what was generated
+    assert input_tokens > 0 and 1 <= output_tokens < LONG_OUTPUT  # billed for what it got
 
 
 def test_a_quota_refusal_never_reaches_the_upstream(gateway: RunningServer, vllm: VllmPeer) -> None:
