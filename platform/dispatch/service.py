@@ -217,7 +217,8 @@ def build_pools(
     """The registry of pooled models and their manager (call `manager.start()` in the app)."""
     if not settings.redis_url:
         raise ConfigurationError(
-            "worker pools need Redis (HYDRANT_REDIS_URL): workers register there"
+            "worker pools need Redis (HYDRANT_REDIS_URL): workers and upstream servers register"
+            " there"
         )
     upstream = settings.upstream_pools()
     workers = [m for m in settings.served_models() if m.name not in upstream]
