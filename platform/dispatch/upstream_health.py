@@ -43,13 +43,21 @@ def member_id(kind: str, url: str) -> str:
     return f"{kind}-{hashlib.blake2b(url.encode(), digest_size=6).hexdigest()}"
 
 
+_LOAD = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+_LOAD_PREFIX = "vllm:"
+
+
 def stats_of(metrics_text: str, model: str) -> EngineStats | None:
     """The load vLLM's `/metrics` reports for `model` (None when it reports none)."""
     values: dict[str, float] = {}
-    wanted = {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"}
-    for family in text_string_to_metric_families(metrics_text):
-        if family.name not in wanted:
-            continue
+    # Only the three gauges' lines are parsed: the whole text (histograms included) is ~50 kB,
+    # ~13 ms of the gateway's event loop every probe where these few lines take well under 1.
+    lines = [
+        line
+        for line in metrics_text.splitlines()
+        if line.startswith(_LOAD_PREFIX) and line.partition("{")[0].partition(" ")[0] in _LOAD
+    ]
+    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for sample in family.samples:
             if sample.labels.get("model_name", model) == model:
                 values[family.name] = values.get(family.name, 0.0) + sample.value
