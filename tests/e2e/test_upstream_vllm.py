@@ -7,8 +7,6 @@ gateway; the same token ids sent to vLLM directly give the answers to compare wi
 
 from __future__ import annotations
 
-import json
-import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ import httpx
 import openai
 import pytest
 from hydrant_server import RunningServer, free_port, hydrant_server
-from vllm_peer import VllmPeer, vllm_serve
+from vllm_peer import VllmPeer
 from worker_stack import redis_prefix
 
 from hydrant.engine.protocol import EngineStats, GenerateRequest, Sampling
@@ -32,27 +30,7 @@ from hydrant.platform.dispatch.upstream_http import UpstreamHttp
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
-LONG_CONTEXT = 16384
-LONG_OUTPUT = 16000  # tens of seconds of decoding on this CPU
-
-
-@pytest.fixture(scope="session")
-def long_demo_dir(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo model with a 16k context (RoPE serves any position; the weights are the
-    same): a request can then decode for many seconds, so a client's disconnect reaches
-    vLLM while it still runs, however fast or loaded this machine is."""
-    target = tmp_path_factory.mktemp("models") / "demo-16k"
-    shutil.copytree(demo_model_dir, target)
-    config = json.loads((target / "config.json").read_text("utf-8"))
-    config["max_position_embeddings"] = LONG_CONTEXT
-    (target / "config.json").write_text(json.dumps(config), "utf-8")
-    return target
-
-
-@pytest.fixture(scope="session")
-def vllm(long_demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmPeer]:
-    with vllm_serve(long_demo_dir, tmp_path_factory.mktemp("vllm")) as peer:
-        yield peer
+LONG_OUTPUT = 16000  # tens of seconds of decoding on this CPU (a 16k-context model)
 
 
 @pytest.fixture(scope="module")
