@@ -178,3 +178,36 @@ def test_the_probe_reads_vllms_load_and_its_model_list() -> None:
     assert served_entry(body, "n") is None and served_entry({"oops": 1}, "m") is None
     assert member_id("openai", "http://h:8000") == member_id("openai", "http://h:8000")
     assert member_id("openai", "http://h:8000") != member_id("openai", "http://h2:8000")
+
+
+async def test_billing_uses_the_gateways_counts_and_counts_a_mismatch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from hydrant.platform.dispatch.metrics import PoolMetrics
+    from hydrant.platform.dispatch.upstream_http import UpstreamHttp
+    from hydrant.platform.dispatch.upstream_wire import PromptTokensDetails, UpstreamUsage
+
+    metrics = PoolMetrics()
+    http = UpstreamHttp("m", "sk-secret-upstream", metrics)
+    try:
+        agreed = UpstreamUsage(
+            prompt_tokens=3,
+            completion_tokens=5,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=2),
+        )
+        usage = http._billed(request(), agreed, {0: 5}, 0.25, 1.0)
+        assert (usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens) == (3, 2, 5)
+        assert usage.device_ns == 250_000_000
+        claimed = UpstreamUsage(prompt_tokens=3, completion_tokens=9)  # the upstream says 9
+        with caplog.at_level("WARNING"):
+            usage = http._billed(request(), claimed, {0: 4, 1: 1}, 0.0, 1.0)
+        assert usage.completion_tokens == 5  # billed: the token ids the gateway received
+        sample = metrics.registry.get_sample_value(
+            "hydrant_upstream_usage_mismatches_total", {"model": "m", "field": "completion_tokens"}
+        )
+        assert sample == 1.0
+        assert "sk-secret-upstream" not in caplog.text
+        # no token ids in the stream (a server without `return_token_ids`): its count stands
+        assert http._billed(request(), claimed, {}, 0.0, 1.0).completion_tokens == 9
+    finally:
+        await http.aclose()
