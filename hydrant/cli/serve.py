@@ -97,7 +97,7 @@ def serve(
         migrate.upgrade(settings.effective_database_url)
     engines = None
     children = None
-    # Else `hydrant worker` pools (HYDRANT_WORKER_POOLS), built with the services.
+    # Else pools (HYDRANT_WORKER_POOLS, HYDRANT_POOL_BACKENDS), built with the services.
     if not settings.pool_mode and settings.embedded_engine == "process":
         children = build_embedded_pools(settings)
         log.info(
