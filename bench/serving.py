@@ -91,7 +91,6 @@ from engine_throughput import SHAPE_100M  # noqa: E402  # the same ~100M shape
 from hydrant.platform.keys import generate_key  # noqa: E402
 
 SERVERS = ("vllm", "embedded", "pool")
-LABELS = {"vllm": "vLLM", "embedded": "Hydrant embedded", "pool": "Hydrant worker pool"}
 MODELS = ("demo", "100m")
 PLAN = {  # far above the load: every request runs the quota checks, none is refused
     "requests_per_minute": 2**31 - 1,
@@ -268,6 +267,7 @@ class Server:
     """A server process on a free port; `start()` returns once it answers requests."""
 
     kind = ""
+    label = ""  # its name in the table
 
     def __init__(self, model: str, model_dir: Path, opts: Options) -> None:
         self.model, self.model_dir, self.opts = model, model_dir, opts
@@ -336,6 +336,8 @@ def _threads_count(threads: str) -> int | None:
 
 class VllmServer(Server):
     kind = "vllm"
+    label = "vLLM"
+    extra_args: tuple[str, ...] = ()
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         env = {
@@ -361,6 +363,7 @@ class VllmServer(Server):
             "127.0.0.1",
             "--port",
             str(self.port),
+            *self.extra_args,
         ]
         return argv, env
 
@@ -370,6 +373,7 @@ class VllmServer(Server):
 
 class HydrantServer(Server):
     kind = "embedded"
+    label = "Hydrant embedded"
 
     def __init__(self, model: str, model_dir: Path, opts: Options) -> None:
         super().__init__(model, model_dir, opts)
@@ -426,6 +430,7 @@ class HydrantServer(Server):
 
 class PoolServer(HydrantServer):
     kind = "pool"
+    label = "Hydrant worker pool"
 
     def __init__(self, model: str, model_dir: Path, opts: Options) -> None:
         super().__init__(model, model_dir, opts)
@@ -488,6 +493,7 @@ SERVER_TYPES: dict[str, type[Server]] = {
     "embedded": HydrantServer,
     "pool": PoolServer,
 }
+LABELS = {kind: cls.label for kind, cls in SERVER_TYPES.items()}
 
 
 # ---- the client -----------------------------------------------------------------------------
@@ -627,7 +633,7 @@ def measure(
         load = uptime()
         name = f"{server.model}-{server.kind}-rate{rate}-try{attempt}"
         progress(
-            f"  {LABELS[server.kind]}, rate {rate}: running (load {load}; others before:"
+            f"  {server.label}, rate {rate}: running (load {load}; others before:"
             f" {quiet:.2f} cores)"
         )
         sampler = (
@@ -694,7 +700,16 @@ def median_run(rounds: list[Run]) -> Run:
     )
 
 
-def table(runs: list[Run], prompts: int, threads: str) -> str:
+def table(
+    runs: list[Run],
+    prompts: int,
+    threads: str,
+    order: tuple[str, ...] = SERVERS,
+    labels: dict[str, str] | None = None,
+) -> str:
+    """One section per model; at each rate a row per server (`order`), each figure with its
+    ratio to the `vllm` row's."""
+    labels = labels or LABELS
     lines = []
     for model in dict.fromkeys(r.model for r in runs):
         lines.append(
@@ -709,11 +724,11 @@ def table(runs: list[Run], prompts: int, threads: str) -> str:
         for rate in dict.fromkeys(r.rate for r in runs if r.model == model):
             group = [
                 median_run([r for r in runs if (r.model, r.rate, r.server) == (model, rate, k)])
-                for k in SERVERS
+                for k in order
                 if any((r.model, r.rate, r.server) == (model, rate, k) for r in runs)
             ]
             vllm = next((r for r in group if r.server == "vllm"), None)
-            for run in sorted(group, key=lambda r: SERVERS.index(r.server)):
+            for run in sorted(group, key=lambda r: order.index(r.server)):
                 n = run.numbers
                 b = None if vllm is None or run is vllm else vllm.numbers
 
@@ -723,7 +738,7 @@ def table(runs: list[Run], prompts: int, threads: str) -> str:
 
                 label = "inf" if rate == "inf" else f"{rate}/s"
                 lines.append(
-                    f"| {label} | {LABELS[run.server]} | {cell('out_tok_s', 0)}"
+                    f"| {label} | {labels[run.server]} | {cell('out_tok_s', 0)}"
                     f" | {cell('ttft_p50', 1)} / {cell('ttft_p99', 1)} | {cell('tpot_p50', 2)}"
                     f" | {cell('itl_p99', 1)} | {cell('e2e_p50', 0)} | {run.other_cores:.2f}"
                     f" | {run.failed} |"
@@ -754,7 +769,7 @@ def check_peers(peers: Path) -> str | None:
 
 @contextlib.contextmanager
 def running(server: Server) -> Iterator[Server]:
-    progress(f"starting {LABELS[server.kind]} on {server.model} (log: {server.log})")
+    progress(f"starting {server.label} on {server.model} (log: {server.log})")
     started = time.monotonic()
     try:
         server.start()

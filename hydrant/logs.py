@@ -146,4 +146,7 @@ def configure_logging(
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
+    # httpx logs each request at INFO: the gateway's calls to workers and upstream servers
+    # (health probes every few seconds, one per request) would drown the log.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
     return handler

@@ -31,6 +31,10 @@ LedgerCommitMode = Literal["database", "journal"]  # hydrant.platform.ledger.ser
 # How `tool_choice: auto` reads calls from a model's text (hydrant.platform.inference.chat.tools);
 # "none" turns `auto` off for the model.
 TOOL_CALL_PARSERS = ("hermes", "mistral", "llama3_json", "none")
+# Kinds of upstream pool (`HYDRANT_POOL_BACKENDS`): servers that speak the OpenAI API (vLLM,
+# SGLang, another Hydrant) and accept a token-id `prompt` on `/v1/completions`.
+UpstreamKind = Literal["openai"]
+UPSTREAM_KINDS: tuple[UpstreamKind, ...] = ("openai",)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,42 @@ class ModelSpec:
                 f"model spec {text!r} must look like NAME=PATH (e.g. llama3=/models/llama3-8b)"
             )
         return cls(name=name.strip(), path=Path(path.strip()).expanduser())
+
+
+@dataclass(frozen=True)
+class UpstreamSpec:
+    """A model whose pool is upstream servers, not Hydrant workers: the kind and the members."""
+
+    model: str
+    kind: UpstreamKind
+    urls: tuple[str, ...]
+
+
+def parse_pool_backends(text: str) -> dict[str, UpstreamSpec]:
+    """`MODEL=KIND:URL[,URL...]`, models separated by `;` (URLs by `,`)."""
+    specs: dict[str, UpstreamSpec] = {}
+    for item in text.split(";"):
+        if not item.strip():
+            continue
+        model, sep, rest = (part.strip() for part in item.partition("="))
+        kind_text, _, urls_text = rest.partition(":")
+        kind = next((k for k in UPSTREAM_KINDS if k == kind_text.strip()), None)
+        urls = tuple(u.strip().rstrip("/") for u in urls_text.split(",") if u.strip())
+        if not sep or not model or kind is None or not urls:
+            raise ConfigurationError(
+                f"pool backend {item.strip()!r} must look like MODEL=KIND:URL[,URL...] with KIND"
+                f" one of {', '.join(UPSTREAM_KINDS)} ({ENV_PREFIX}POOL_BACKENDS)"
+            )
+        bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+        if bad:
+            raise ConfigurationError(
+                f"pool backend of {model}: {bad[0]!r} is not an http(s) URL"
+                f" ({ENV_PREFIX}POOL_BACKENDS)"
+            )
+        if model in specs:
+            raise ConfigurationError(f"pool backend of {model} is set twice")
+        specs[model] = UpstreamSpec(model=model, kind=kind, urls=urls)
+    return specs
 
 
 @dataclass(frozen=True)
@@ -142,6 +182,11 @@ class Settings:
     pool_wake_timeout_s: float = 60.0
     pool_swap_timeout_s: float = 300.0
     pool_prefix_blocks: int = 8
+    pool_backends: str = ""  # MODEL=openai:URL[,URL...];...: upstream servers instead of workers
+    upstream_api_key: str | None = field(default=None, repr=False)  # sent as a bearer token
+    upstream_api_key_file: Path | None = None  # or read from this file (a mounted secret)
+    upstream_health_s: float = 2.0  # each upstream member probed this often
+    upstream_max_inflight: int = 256  # requests one member takes before the pool counts it full
     k8s_api_url: str | None = None
     k8s_token: str | None = None
     k8s_namespace: str = "default"
@@ -168,6 +213,29 @@ class Settings:
         no longer follows; this is the operator's way to say which, or to turn `auto` off.
         """
         return _tool_call_parsers(self.tool_call_parsers).get(model)
+
+    @property
+    def pool_mode(self) -> bool:
+        """Models are served by pools (Hydrant workers and/or upstream servers), not in here."""
+        return self.worker_pools or bool(self.pool_backends.strip())
+
+    def upstream_pools(self) -> dict[str, UpstreamSpec]:
+        """The models served by upstream servers (`HYDRANT_POOL_BACKENDS`), by name."""
+        return parse_pool_backends(self.pool_backends)
+
+    def upstream_key(self) -> str | None:
+        """The upstream servers' API key: the setting, else the file's first line."""
+        if self.upstream_api_key:
+            return self.upstream_api_key
+        if self.upstream_api_key_file is None:
+            return None
+        try:
+            return self.upstream_api_key_file.read_text(encoding="utf-8").strip() or None
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot read the upstream API key file ({ENV_PREFIX}UPSTREAM_API_KEY_FILE):"
+                f" {type(exc).__name__}"
+            ) from exc
 
     @property
     def demo_model_dir(self) -> Path:
@@ -290,5 +358,12 @@ def load_settings(
         raise ConfigurationError(
             f"a tool call parser is set for {', '.join(unknown)}, which is not served "
             f"(served: {', '.join(sorted(served))}; {ENV_PREFIX}TOOL_CALL_PARSERS)"
+        )
+    unserved = sorted(set(settings.upstream_pools()) - served)
+    if unserved:
+        raise ConfigurationError(
+            f"an upstream pool is set for {', '.join(unserved)}, which is not served: the gateway"
+            f" tokenizes, so name its tokenizer's directory in {ENV_PREFIX}MODELS"
+            f" ({ENV_PREFIX}POOL_BACKENDS)"
         )
     return settings

@@ -358,7 +358,7 @@ def build_services(
     metrics = GatewayMetrics()
     inference: InferenceServices | None = None
     own_engines = registry is not None  # in this process, or its own children
-    if registry is None and settings.worker_pools:
+    if registry is None and settings.pool_mode:
         registry, pools = build_pools(settings)  # a ConfigurationError: a usage error (cli)
 
     # The authenticator's secret (resolved on first use): one read, one warning if unset.
@@ -428,7 +428,7 @@ async def open_job_runtime(ctx: JobContext) -> AsyncIterator[BatchRunner | None]
     the engines live inside the gateways, out of a job worker's reach: None, and the
     batch jobs leave the work to a gateway's own loop."""
     settings = ctx.settings
-    if not settings.worker_pools:
+    if not settings.pool_mode:
         yield None
         return
     # Never starts workers of its own at start: only what its lines need is woken.

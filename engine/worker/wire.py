@@ -29,6 +29,9 @@ FRAME_MEDIA_TYPE = "application/x-hydrant-frames"
 MSGPACK_MEDIA_TYPE = "application/msgpack"
 
 ErrorKind = Literal["invalid", "unavailable", "failed"]
+# What serves behind a record: a Hydrant worker, or an upstream OpenAI-compatible server
+# (vLLM, SGLang, another Hydrant) that a gateway health-checks and registers for it.
+MemberKind = Literal["hydrant", "openai"]
 
 
 class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,6 +44,7 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
     state: WorkerState
     path: str
     quantization: str | None = None
+    kind: MemberKind = "hydrant"
     pid: int = 0
     capacity: int = 1
     max_model_len: int = 0

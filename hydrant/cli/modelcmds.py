@@ -23,13 +23,28 @@ def models() -> None:
 @models.command("list")
 @pass_context
 def models_list(cli: CliContext) -> None:
-    """List configured models and whether each checkpoint can be served."""
+    """List configured models, whether each checkpoint can be served, and what serves it.
+
+    The last column is the pool's kind: `hydrant` (Hydrant's engines) or, for a model in
+    HYDRANT_POOL_BACKENDS, the upstream kind and its servers (its directory then needs
+    only the tokenizer: the gateway counts tokens, the upstream runs the weights).
+    """
     from hydrant.platform.models.checkpoints import inspect_checkpoint
 
-    for spec in cli.settings().served_models():
+    settings = cli.settings()
+    upstream = settings.upstream_pools()
+    for spec in settings.served_models():
+        backend = upstream.get(spec.name)
         info = inspect_checkpoint(spec.path)
-        state = "ok" if info.loadable else "NOT SERVABLE: " + "; ".join(info.problems)
-        click.echo(f"{spec.name}\t{spec.path}\t{info.architecture or '-'}\t{state}")
+        if backend is not None:
+            has_tokenizer = (spec.path / "tokenizer.json").is_file()
+            state = "ok" if has_tokenizer else "NOT SERVABLE: no tokenizer.json"
+            served_by = f"{backend.kind}:{','.join(backend.urls)}"
+        else:
+            state = "ok" if info.loadable else "NOT SERVABLE: " + "; ".join(info.problems)
+            served_by = "hydrant"
+        architecture = info.architecture or "-"
+        click.echo(f"{spec.name}\t{spec.path}\t{architecture}\t{state}\t{served_by}")
 
 
 @models.command("quantize")

@@ -97,14 +97,14 @@ def serve(
         migrate.upgrade(settings.effective_database_url)
     engines = None
     children = None
-    # Else `hydrant worker` pools (HYDRANT_WORKER_POOLS), built with the services.
-    if not settings.worker_pools and settings.embedded_engine == "process":
+    # Else pools (HYDRANT_WORKER_POOLS, HYDRANT_POOL_BACKENDS), built with the services.
+    if not settings.pool_mode and settings.embedded_engine == "process":
         children = build_embedded_pools(settings)
         log.info(
             "starting an engine process per model",
             extra={"models": children.registry.names()},
         )
-    elif not settings.worker_pools:  # HYDRANT_EMBEDDED_ENGINE=thread: in this process
+    elif not settings.pool_mode:  # HYDRANT_EMBEDDED_ENGINE=thread: in this process
         engines = load_embedded_engines(settings)
         share_gil_with_engines()  # the engines' step threads share this interpreter
     if children is not None:

@@ -83,6 +83,12 @@ class PoolMetrics:
             ["model", "reason"],
             registry=self.registry,
         )
+        self.usage_mismatches = Counter(
+            "hydrant_upstream_usage_mismatches",
+            "Upstream requests whose reported usage differs from the gateway's own count.",
+            ["model", "field"],
+            registry=self.registry,
+        )
 
     def watch(self, source: Callable[[], Iterable[PoolSnapshot]]) -> None:
         self.registry.register(_PoolCollector(source))

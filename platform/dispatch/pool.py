@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -26,7 +27,7 @@ from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
 from hydrant.platform.dispatch.routing import Candidate, choose, prefix_key
 from hydrant.platform.dispatch.scale_down import idle_past, scale_down
 from hydrant.platform.dispatch.scaler import PoolSpec, Scaler
-from hydrant.platform.dispatch.worker_http import WorkerHttp, WorkerUnavailable
+from hydrant.platform.dispatch.worker_http import WorkerUnavailable
 from hydrant.platform.errors import Conflict, ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,23 @@ class WorkerLost(ServiceUnavailable):
     """The worker died or left while the request was streaming: the response is incomplete."""
 
     default_code = "worker_lost"
+
+
+class MemberHttp(Protocol):
+    """How a pool talks to its members: `WorkerHttp` (Hydrant workers) or `UpstreamHttp`
+    (OpenAI-compatible servers); dispatch is the same code for both."""
+
+    def generate(
+        self, address: str, request: GenerateRequest
+    ) -> AsyncGenerator[GenerateChunk, None]: ...
+
+    async def call(
+        self, address: str, method: str, path: str, body: Any = None, timeout_s: float = 30.0
+    ) -> Any: ...
+
+    async def abort(self, address: str, request_id: str) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -82,10 +100,13 @@ class WorkerSlot:
 @dataclass
 class WorkerPool:
     spec: PoolSpec
-    http: WorkerHttp
+    http: MemberHttp
     scaler: Scaler
     metrics: PoolMetrics
     options: PoolOptions = field(default_factory=PoolOptions)
+    # `openai`: upstream servers, started and swapped by their own deployment, registered by
+    # this gateway's health checks (dispatch.upstream_health); never woken, slept or swapped.
+    kind: Literal["hydrant", "openai"] = "hydrant"
     clock: Callable[[], float] = time.monotonic
     workers: dict[str, WorkerSlot] = field(default_factory=dict)
     waiting: int = 0
@@ -353,8 +374,17 @@ class WorkerPool:
 
     # ---- hot swap ---------------------------------------------------------------------------
 
+    def check_swappable(self) -> None:
+        if self.kind != "hydrant":
+            raise Conflict(
+                f"the pool of `{self.model}` is upstream servers ({self.kind}): roll them out"
+                " with their own deployment; the gateway follows their health checks",
+                code="upstream_pool",
+            )
+
     async def swap(self, new: PoolSpec) -> int:
         """Start workers of `new`, wait until they serve, then drain the old ones; how many old."""
+        self.check_swappable()
         if self.swapping:
             raise Conflict(f"a swap of `{self.model}` is already running", code="swap_in_progress")
         self.swapping = True
@@ -466,8 +496,7 @@ class PoolClient:
     async def abort(self, request_id: str) -> None:
         address = self._where.get(request_id)
         if address is not None:
-            with contextlib.suppress(WorkerUnavailable):
-                await self.pool.http.call(address, "POST", f"/abort/{request_id}", timeout_s=5.0)
+            await self.pool.http.abort(address, request_id)
 
     def stats(self) -> EngineStats:
         return self.pool.stats()

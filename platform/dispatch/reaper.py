@@ -43,7 +43,10 @@ async def reap_idle_pools(
     moment = time.time() if now is None else now
     reaped: list[Reaped] = []
     for model in await directory.models():
-        ready = [r for r in await directory.workers(model) if r.state == "ready"]
+        # Upstream members (vLLM...) are scaled by their own deployment, never slept here.
+        ready = [
+            r for r in await directory.workers(model) if r.state == "ready" and r.kind == "hydrant"
+        ]
         if not ready or not idle_past(ready, idle_timeout_s, moment):
             continue
         revisions = {r.revision for r in ready}

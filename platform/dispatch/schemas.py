@@ -9,6 +9,7 @@ from hydrant.platform.dispatch.pool import WorkerPool
 
 class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
+    kind: str  # `hydrant` (a worker) or `openai` (an upstream server)
     address: str
     device: str
     state: str
@@ -21,6 +22,7 @@ class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
 
 class PoolView(msgspec.Struct, frozen=True, kw_only=True):
     model: str
+    kind: str  # `hydrant` (workers) or `openai` (upstream servers: no swap, no scale to zero)
     path: str
     quantization: str | None
     waiting: int
@@ -31,6 +33,7 @@ class PoolView(msgspec.Struct, frozen=True, kw_only=True):
     def of(cls, pool: WorkerPool) -> PoolView:
         return cls(
             model=pool.model,
+            kind=pool.kind,
             path=pool.spec.path,
             quantization=pool.spec.quantization,
             waiting=pool.waiting,
@@ -38,6 +41,7 @@ class PoolView(msgspec.Struct, frozen=True, kw_only=True):
             workers=[
                 WorkerView(
                     worker_id=s.worker_id,
+                    kind=s.record.kind,
                     address=s.record.address,
                     device=s.record.device,
                     state=s.record.state,

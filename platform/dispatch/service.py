@@ -13,10 +13,13 @@ import asyncio
 import contextlib
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import redis.asyncio as aioredis
+
 from hydrant.engine.tokenizer import Tokenizer
+from hydrant.engine.worker.registration import RedisRegistryStore
 from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.directory import WorkerDirectory, WorkerSource
 from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
@@ -29,6 +32,8 @@ from hydrant.platform.dispatch.scaler import (
     Scaler,
     local_worker_env,
 )
+from hydrant.platform.dispatch.upstream_health import UpstreamMonitor
+from hydrant.platform.dispatch.upstream_http import UpstreamHttp
 from hydrant.platform.dispatch.worker_http import WorkerHttp
 from hydrant.platform.errors import InvalidRequest, NotFound, Unprocessable
 from hydrant.platform.models.checkpoints import inspect_checkpoint
@@ -106,6 +111,8 @@ class PoolManager:
     # pools: no `/admin/pools` (no swap, as with in-process engines), and preflight's
     # pool checks do not apply.
     embedded: bool = False
+    # Upstream pools' health checks: they register the members the registry poll then reads.
+    monitors: list[UpstreamMonitor] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -121,8 +128,18 @@ class PoolManager:
             raise NotFound(f"no pool serves the model `{model}`", param="model") from None
 
     async def start(self) -> None:
+        for monitor in self.monitors:  # members registered before the first request is routed
+            try:
+                await monitor.check()
+            except Exception as exc:  # Redis away at start: the loop keeps trying
+                log.warning("upstream health check failed", extra={"error": type(exc).__name__})
+            self._tasks.append(
+                asyncio.create_task(monitor.run(), name=f"upstream-health-{monitor.spec.model}")
+            )
         await self.refresh()
         for pool in self.pools.values():
+            if pool.kind != "hydrant":
+                continue  # upstream servers are started by their own deployment
             missing = self.start_workers - len(pool.workers)
             if missing > 0:
                 await self.scaler.scale(pool.spec, self.start_workers)
@@ -156,6 +173,7 @@ class PoolManager:
 
     async def swap(self, model: str, path: str, quantization: str | None) -> int:
         pool = self.pool(model)
+        pool.check_swappable()
         if quantization not in (None, "int8", "int4"):
             raise InvalidRequest(
                 "quantization must be `int8`, `int4` or null", param="quantization"
@@ -185,6 +203,11 @@ class PoolManager:
         self._tasks.clear()
         await self.scaler.close()
         await self.http.aclose()
+        for pool in self.pools.values():
+            if pool.kind != "hydrant":
+                await pool.http.aclose()
+        for monitor in self.monitors:
+            await monitor.store.aclose()
         await self.directory.aclose()
 
 
@@ -194,9 +217,12 @@ def build_pools(
     """The registry of pooled models and their manager (call `manager.start()` in the app)."""
     if not settings.redis_url:
         raise ConfigurationError(
-            "worker pools need Redis (HYDRANT_REDIS_URL): workers register there"
+            "worker pools need Redis (HYDRANT_REDIS_URL): workers and upstream servers register"
+            " there"
         )
-    if not settings.worker_secret:
+    upstream = settings.upstream_pools()
+    workers = [m for m in settings.served_models() if m.name not in upstream]
+    if workers and not settings.worker_secret:
         raise ConfigurationError(
             "worker pools need HYDRANT_WORKER_SECRET (shared with the workers)"
         )
@@ -210,7 +236,7 @@ def build_pools(
     return assemble_pools(
         settings,
         WorkerDirectory.from_url(settings.redis_url, settings.worker_registry_prefix),
-        settings.worker_secret,
+        settings.worker_secret or "",
         scaler or make_scaler(settings),
     )
 
@@ -237,6 +263,8 @@ def assemble_pools(
     registry = ModelRegistry()
     manager.registry = registry
     options = pool_options(settings)
+    upstream = settings.upstream_pools()
+    upstream_key = settings.upstream_key() if upstream else None
     for spec in settings.served_models():
         path = Path(spec.path)
         if not (path / "tokenizer.json").is_file():
@@ -244,13 +272,17 @@ def assemble_pools(
                 f"model {spec.name}: the gateway tokenizes, so {path} needs tokenizer.json"
             )
         info = inspect_checkpoint(path)
-        pool = WorkerPool(
-            spec=PoolSpec(model=spec.name, path=str(path), quantization=settings.quantization),
-            http=http,
-            scaler=manager.scaler,
-            metrics=metrics,
-            options=options,
-        )
+        backend = upstream.get(spec.name)
+        if backend is None:
+            pool = WorkerPool(
+                spec=PoolSpec(model=spec.name, path=str(path), quantization=settings.quantization),
+                http=http,
+                scaler=manager.scaler,
+                metrics=metrics,
+                options=options,
+            )
+        else:
+            pool = upstream_pool(settings, manager, backend.model, path, upstream_key)
         manager.pools[spec.name] = pool
         registry.add(
             ServedModel(
@@ -259,9 +291,44 @@ def assemble_pools(
                 client=PoolClient(pool),
                 max_model_len=info.max_model_len or DEFAULT_MAX_MODEL_LEN,
                 state="pool",
-                max_num_seqs=settings.max_num_seqs,  # what the workers are started with
+                # what the workers are started with (an upstream's own: not known here)
+                max_num_seqs=settings.max_num_seqs if backend is None else None,
                 block_size=BLOCK_SIZE,
                 tool_call_parser=settings.tool_call_parser(spec.name),
             )
         )
     return registry, manager
+
+
+def upstream_pool(
+    settings: Settings, manager: PoolManager, model: str, path: Path, api_key: str | None
+) -> WorkerPool:
+    """The pool of a model served by upstream servers, and the health checks that fill it.
+
+    No scaler and no idle scale-down: the servers' own deployment starts, scales and rolls
+    them; the gateway routes to those that pass its health checks.
+    """
+    backend = settings.upstream_pools()[model]
+    http = UpstreamHttp(model, api_key, manager.metrics)
+    if not isinstance(manager.directory, WorkerDirectory):
+        raise ConfigurationError("upstream pools need the Redis worker registry")
+    manager.monitors.append(
+        UpstreamMonitor(
+            spec=backend,
+            http=http,
+            store=RedisRegistryStore(
+                aioredis.Redis.from_url(settings.redis_url or ""), settings.worker_registry_prefix
+            ),
+            interval_s=settings.upstream_health_s,
+            ttl_s=max(settings.worker_heartbeat_ttl_s, 2.5 * settings.upstream_health_s),
+            capacity=settings.upstream_max_inflight,
+        )
+    )
+    return WorkerPool(
+        spec=PoolSpec(model=model, path=str(path), quantization=None),
+        http=http,
+        scaler=NoScaler(),
+        metrics=manager.metrics,
+        options=replace(pool_options(settings), idle_timeout_s=0.0, start_workers=0),
+        kind=backend.kind,
+    )

@@ -9,6 +9,7 @@ reached the client yet, and the request itself being bad (the engine's
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator
 from typing import Any, NoReturn
 
@@ -135,6 +136,11 @@ class WorkerHttp:
         if response.status_code >= 400:
             _raise_refusal(response.status_code, response.content)
         return response.json() if response.content else None
+
+    async def abort(self, address: str, request_id: str) -> None:
+        """Stop a request on the worker; one that already ended or a worker gone: nothing."""
+        with contextlib.suppress(WorkerUnavailable):
+            await self.call(address, "POST", f"/abort/{request_id}", timeout_s=5.0)
 
     async def aclose(self) -> None:
         await self._stream.aclose()

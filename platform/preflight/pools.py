@@ -62,6 +62,9 @@ async def check_cold_start(
         return CheckResult.skip(name, threshold, NO_POOLS)
     if pool is None:
         return CheckResult.skip(name, threshold, f"no pool serves {s.model}")
+    if pool.get("kind", "hydrant") != "hydrant":
+        why = f"not applicable: an upstream pool ({pool['kind']}) does not scale to zero yet"
+        return CheckResult.skip(name, threshold, why)
     if _ready_workers(pool) != 0:
         return CheckResult.skip(
             name, threshold, "the pool was warm (a ready worker): let it scale to zero to measure"
@@ -83,6 +86,9 @@ async def check_rollback(
         return CheckResult.skip(name, threshold, NO_POOLS)
     if pool is None:
         return CheckResult.skip(name, threshold, f"no pool serves {s.model}")
+    if pool.get("kind", "hydrant") != "hydrant":
+        why = f"not applicable: an upstream pool ({pool['kind']}) rolls out with its deployment"
+        return CheckResult.skip(name, threshold, why)
     current = pool.get("path")
     previous = str(o.rollback_to) if o.rollback_to is not None else None
     if not current or previous is None:

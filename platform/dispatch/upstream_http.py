@@ -1,0 +1,201 @@
+"""The gateway's HTTP client to an upstream pool's members (OpenAI-compatible servers).
+
+It stands where `WorkerHttp` stands for Hydrant workers, so the pool's
+dispatch (routing, retry on another member before the first token, drain)
+is the same code for both. Failures are sorted the same way: a member that
+refuses or cannot be reached is `WorkerUnavailable` (retried elsewhere if
+nothing reached the client yet), a request the member rejects as bad is
+`InvalidRequestError` (a 400 no other member would accept either).
+
+Abort is closing the stream: vLLM aborts a request whose client disconnects.
+Billing uses the gateway's own counts (the prompt it sent, the token ids it
+received); the upstream's `usage` is checked against them, and a mismatch is
+logged (ids and counts, never text) and counted in a metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator
+from typing import Any, NoReturn
+
+import httpx
+import msgspec
+
+from hydrant.engine.errors import InvalidRequestError
+from hydrant.engine.protocol import GenerateChunk, GenerateRequest, RequestUsage
+from hydrant.platform.dispatch.metrics import PoolMetrics
+from hydrant.platform.dispatch.upstream_cost import MemberCost
+from hydrant.platform.dispatch.upstream_wire import (
+    SseLines,
+    UpstreamUsage,
+    chunk_of,
+    completion_body,
+    error_message,
+    event_decoder,
+)
+from hydrant.platform.dispatch.worker_http import WorkerUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class UpstreamHttp:
+    """Streams completions from the members of one model's upstream pool.
+
+    `read_timeout_s`: the longest a member may stay silent on a stream (an
+    OpenAI server sends nothing while a request queues or prefills).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None,
+        metrics: PoolMetrics,
+        read_timeout_s: float = 600.0,
+    ) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=3.0, read=read_timeout_s, write=30.0, pool=30.0),
+            limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256),
+        )
+        self._costs: dict[str, MemberCost] = {}
+        self.metrics.usage_mismatches.labels(model, "prompt_tokens")  # exported as 0
+        self.metrics.usage_mismatches.labels(model, "completion_tokens")
+
+    async def generate(
+        self, address: str, request: GenerateRequest
+    ) -> AsyncGenerator[GenerateChunk, None]:
+        """The request's chunks; the last one is `finished` with the usage billed."""
+        body = completion_body(request, self.model)
+        cost = self._costs.setdefault(address, MemberCost())
+        started = time.monotonic()
+        try:
+            response = await self._client.send(
+                self._client.build_request(
+                    "POST", f"{address}/v1/completions", json=body, headers=self.headers
+                ),
+                stream=True,
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            message = f"cannot reach the upstream: {type(exc).__name__}"
+            raise WorkerUnavailable("connect", message) from exc
+        except httpx.TransportError as exc:
+            message = f"upstream request failed: {type(exc).__name__}"
+            raise WorkerUnavailable("lost", message) from exc
+        prompt_tokens = len(request.prompt_token_ids)
+        cost.start(request.request_id, prompt_tokens)
+        try:
+            if response.status_code != 200:
+                _raise_refusal(response.status_code, await response.aread())
+            counted: dict[int, int] = {}  # completion token ids received, per choice
+            usage: UpstreamUsage | None = None
+            lines = SseLines()
+            done = False
+            async for data in response.aiter_raw():
+                for payload in lines.feed(data):
+                    if payload is None:
+                        done = True
+                        break
+                    event = event_decoder.decode(payload)
+                    if event.error is not None:
+                        raise WorkerUnavailable("failed", event.error.message)
+                    if event.usage is not None:
+                        usage = event.usage
+                    chunk = chunk_of(request.request_id, event)
+                    if chunk is not None:
+                        for delta in chunk.choices:
+                            got = len(delta.token_ids)
+                            counted[delta.index] = counted.get(delta.index, 0) + got
+                            cost.grow(request.request_id, got)
+                        yield chunk
+                if done:
+                    break
+            if usage is None:
+                raise WorkerUnavailable("lost", "the upstream's stream ended without its usage")
+            seconds = cost.finish(request.request_id)
+            yield GenerateChunk(
+                request_id=request.request_id,
+                choices=[],
+                finished=True,
+                usage=self._billed(request, usage, counted, seconds, time.monotonic() - started),
+            )
+        except msgspec.DecodeError as exc:
+            raise WorkerUnavailable("lost", f"garbled stream from the upstream: {exc}") from exc
+        except httpx.TransportError as exc:
+            message = f"upstream stream failed: {type(exc).__name__}"
+            raise WorkerUnavailable("lost", message) from exc
+        finally:
+            cost.finish(request.request_id)
+            await response.aclose()  # mid-stream: the connection closes, vLLM aborts
+
+    def _billed(
+        self,
+        request: GenerateRequest,
+        upstream: UpstreamUsage,
+        counted: dict[int, int],
+        device_seconds: float,
+        e2e_seconds: float,
+    ) -> RequestUsage:
+        """The usage billed: the gateway's counts, checked against the upstream's.
+
+        Without token ids in the stream (a server that ignores `return_token_ids`)
+        the gateway has no count of its own: the upstream's completion count stands.
+        """
+        prompt = len(request.prompt_token_ids)
+        completion = sum(counted.values()) if counted else upstream.completion_tokens
+        for name, ours, theirs in (
+            ("prompt_tokens", prompt, upstream.prompt_tokens),
+            ("completion_tokens", completion, upstream.completion_tokens),
+        ):
+            if ours != theirs:
+                self.metrics.usage_mismatches.labels(self.model, name).inc()
+                log.warning(
+                    "upstream usage differs from the gateway's count",
+                    extra={
+                        "model": self.model,
+                        "request_id": request.request_id,
+                        "field": name,
+                        "gateway": ours,
+                        "upstream": theirs,
+                    },
+                )
+        details = upstream.prompt_tokens_details
+        cached = (details.cached_tokens or 0) if details is not None else 0
+        return RequestUsage(
+            prompt_tokens=prompt,
+            cached_tokens=max(0, min(cached, prompt)),
+            completion_tokens=completion,
+            device_ns=int(device_seconds * 1e9),
+            e2e_seconds=e2e_seconds,
+        )
+
+    async def call(
+        self, address: str, method: str, path: str, body: Any = None, timeout_s: float = 30.0
+    ) -> Any:
+        """Control calls (`/wake`, `/drain`) are Hydrant workers'; an upstream takes none."""
+        raise WorkerUnavailable("failed", f"an upstream member takes no {path} call")
+
+    async def abort(self, address: str, request_id: str) -> None:
+        """Nothing to send: closing the request's stream (dispatch does) aborts it upstream."""
+        return None
+
+    async def get(self, url: str, timeout_s: float) -> httpx.Response:
+        """A health probe's GET, with the upstream key (vLLM's `--api-key` guards `/v1`)."""
+        return await self._client.get(url, headers=self.headers, timeout=timeout_s)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _raise_refusal(status: int, body: bytes) -> NoReturn:
+    message, param = error_message(body)
+    if status in (400, 422):
+        raise InvalidRequestError(message or f"the upstream refused the request ({status})", param)
+    if status in (401, 403):
+        raise WorkerUnavailable("unauthorized", "the upstream refused the gateway's API key")
+    if status in (404, 409, 429, 502, 503, 504):
+        raise WorkerUnavailable("unavailable", f"upstream answered HTTP {status}")
+    raise WorkerUnavailable("failed", f"upstream answered HTTP {status}")

