@@ -54,9 +54,7 @@ def write_adapter(
             prefix = f"base_model.model.model.layers.{layer}.{group}.{module}"
             fan_in, fan_out = _features(base, module)
             tensors[f"{prefix}.lora_A.weight"] = rng.normal(0, std, (r, fan_in)).astype(np.float32)
-            tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, std, (fan_out, r)).astype(
-                np.float32
-            )
+            tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, std, (fan_out, r)).astype(np.float32)
     save_file(tensors, str(directory / "adapter_model.safetensors"))
     config = {
         "peft_type": "LORA",
