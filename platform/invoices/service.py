@@ -311,10 +311,27 @@ async def finalize_month(
     """Finalize `month` for every tenant whose month has closed in its own zone (None:
     each tenant's previous local month, what the periodic job does)."""
     async with database.session() as session:
-        tenants = list((await session.execute(select(Tenant.id, Tenant.timezone))).all())
+        rows = (await session.execute(select(Tenant.id, Tenant.timezone))).all()
+        targets = {
+            tenant_id: month or Month.of(now, zone_of(timezone)).previous()
+            for tenant_id, timezone in rows
+        }
+        # Invoices already made are skipped without taking the tenant's lock: the hourly
+        # job passes over every tenant, and most of the time all of them are done.
+        made = await session.execute(
+            select(Invoice.tenant_id, Invoice.period, Invoice.id).where(
+                Invoice.period.in_({m.label for m in targets.values()})
+            )
+        )
+        done_already = {(t, p): i for t, p, i in made.all()}
     report = FinalizeReport()
-    for done, (tenant_id, timezone) in enumerate(sorted(tenants), start=1):
-        target = month or Month.of(now, zone_of(timezone)).previous()
+    for done, (tenant_id, target) in enumerate(sorted(targets.items()), start=1):
+        known = done_already.get((tenant_id, target.label))
+        if known is not None:
+            report.existing.append(known)
+            if progress is not None:
+                progress(done, len(targets))
+            continue
         try:
             result = await finalize_tenant(
                 database, settings, tenant_id, target, now=now, enqueue=enqueue
@@ -332,7 +349,7 @@ async def finalize_month(
             continue
         finally:
             if progress is not None:
-                progress(done, len(tenants))
+                progress(done, len(targets))
         if result.invoice_id is None:
             report.empty += 1
         elif result.created:
