@@ -1,5 +1,5 @@
 """The control-plane services outside a request: for the console (`hydrant tenants …`,
-`hydrant batches …`).
+`hydrant batches …`, `hydrant billing …`).
 
 Same services as the admin API, made by the same providers (`*/deps.py`), on
 one session of the configured database (one unit of work: committed when the
@@ -19,6 +19,8 @@ from hydrant.platform.batches.book import BatchBook
 from hydrant.platform.credits.deps import provide_credit_service
 from hydrant.platform.credits.service import CreditService
 from hydrant.platform.db.session import Database
+from hydrant.platform.invoices.deps import provide_invoice_service
+from hydrant.platform.invoices.service import InvoiceService
 from hydrant.platform.keys.deps import provide_key_service
 from hydrant.platform.keys.service import KeyService
 from hydrant.platform.prices.deps import provide_price_service
@@ -38,6 +40,7 @@ class AdminServices:
     prices: PriceService
     batches: BatchBook
     credits: CreditService
+    invoices: InvoiceService
 
 
 @asynccontextmanager
@@ -57,6 +60,7 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
                 # Its own short units of work: a cancel is seen by the batch's runner at once.
                 batches=BatchBook(database, tenant_only=False),
                 credits=await provide_credit_service(session, database),
+                invoices=await provide_invoice_service(session, database, settings),
             )
     finally:
         await database.dispose()

@@ -19,8 +19,6 @@ from hydrant.platform.auth.dependencies import (
     require_inference,
 )
 from hydrant.platform.auth.principal import Principal
-from hydrant.platform.db.base import utcnow
-from hydrant.platform.db.session import Database
 from hydrant.platform.invoices.deps import provide_invoice_service
 from hydrant.platform.invoices.periods import Month
 from hydrant.platform.invoices.render import (
@@ -32,9 +30,8 @@ from hydrant.platform.invoices.render import (
     invoice_pdf,
 )
 from hydrant.platform.invoices.schemas import FinalizeView, InvoiceList, InvoiceView
-from hydrant.platform.invoices.service import InvoiceService, finalize_month
+from hydrant.platform.invoices.service import InvoiceService
 from hydrant.platform.invoices.statement import InvoiceDoc
-from hydrant.settings import Settings
 
 DOWNLOADS = ("csv", "pdf", "html")
 
@@ -125,14 +122,13 @@ class InvoiceFinalizeController(Controller):
 
     path = "/admin/invoices"
     guards = [require_admin]
+    dependencies = {"invoice_service": Provide(provide_invoice_service)}
 
     @post("/finalize", status_code=200)
     async def finalize_invoices(
         self,
-        database: NamedDependency[Database],
-        settings: NamedDependency[Settings],
+        invoice_service: NamedDependency[InvoiceService],
         month: FromQuery[str | None] = None,
     ) -> FinalizeView:
         target = Month.parse(month) if month is not None else None
-        report = await finalize_month(database, settings, target, now=utcnow())
-        return FinalizeView.of(month, report)
+        return FinalizeView.of(month, await invoice_service.finalize(target))

@@ -388,6 +388,16 @@ class InvoiceService:
         await pay_pending(self._database, tenant.id, self._clock())
         return await draft_of(self._session, tenant, month, self._settings.invoice_issuer_name)
 
+    async def finalize(
+        self, month: Month | None, progress: Callable[[int, int], None] | None = None
+    ) -> FinalizeReport:
+        """`finalize_month` now, for the admin API and the console (callers check that the
+        principal is an admin). Each tenant is its own unit of work; the mails are
+        claimed, and sent by the invoices job's next run."""
+        return await finalize_month(
+            self._database, self._settings, month, now=self._clock(), progress=progress
+        )
+
     async def list(self, principal: Principal, tenant_id: str) -> list[InvoiceDoc]:
         """The open month's draft first, then the finalized invoices, newest first."""
         tenant = await self._tenant(principal, tenant_id)
