@@ -97,7 +97,7 @@ def invoice_pdf(doc: InvoiceDoc) -> bytes:
     heading = ("Line", "Requests", "Input tok.", "Cached tok.", "Output tok.",
                "Price in/cached/out per 1M", "Amount", "Credits")  # fmt: skip
     with pdf.table(
-        col_widths=(70, 18, 22, 22, 22, 55, 28, 28),
+        col_widths=(90, 16, 20, 20, 20, 50, 25, 25),
         text_align=("LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "LEFT", "RIGHT", "RIGHT"),
         line_height=5,
     ) as table:

@@ -47,8 +47,10 @@ class Line:
     @property
     def description(self) -> str:
         price = "batch price" if self.batch else "price"
-        since = f" from {self.price_effective_from:%Y-%m-%d}" if self.price_effective_from else ""
-        text = f"{self.model}, {price}{since}"
+        if self.price_effective_from is None:
+            text = f"{self.model}, no price version"
+        else:
+            text = f"{self.model}, {price} from {self.price_effective_from:%Y-%m-%d}"
         if self.kind == "adjustment":
             return f"Adjustment for {self.usage_period}: {text}"
         return text
