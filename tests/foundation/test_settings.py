@@ -59,6 +59,7 @@ def test_toml_file_then_environment_then_overrides(tmp_path: Path) -> None:
         ({"HYDRANT_TOOL_CALL_PARSERS": "demo=xml"}, "MODEL=PARSER"),
         ({"HYDRANT_TOOL_CALL_PARSERS": "hermes"}, "MODEL=PARSER"),
         ({"HYDRANT_TOOL_CALL_PARSERS": "qwen=hermes"}, "qwen, which is not served"),
+        ({"HYDRANT_INVOICE_ISSUER": "hyd-1"}, "HYDRANT_INVOICE_ISSUER"),
     ],
 )
 def test_bad_values_are_clear_errors(env: dict[str, str], message: str) -> None:
