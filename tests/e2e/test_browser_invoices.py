@@ -27,14 +27,12 @@ from pypdf import PdfReader
 from sqlalchemy import select
 from test_browser_admin import (
     ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     TIMEOUT_MS,
     _chat,
     _check_accessible_and_narrow,
-    _require_browser,
     _sign_in,
 )
+from test_browser_admin import browser as browser  # the shared Chromium fixture
 
 from hydrant.platform.db.models import LedgerEntry, ModelDeployment, Price
 from hydrant.platform.db.session import Database
@@ -136,19 +134,6 @@ def _write(data_dir: Path, tenant_id: str, month: Month, *, late: bool) -> None:
     thread.join()
     if failure:
         raise failure[0]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Any:
-    sync_playwright = _require_browser()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=60_000
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def test_invoice_pages_and_pdf(server: RunningServer, browser: Any) -> None:
