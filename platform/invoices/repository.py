@@ -13,7 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, func, insert, literal, or_, select, update
+from sqlalchemy import ColumnElement, and_, exists, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -81,13 +81,10 @@ def in_window(start: datetime, end: datetime) -> ColumnElement[bool]:
     return and_(LedgerEntry.finished_at >= start, LedgerEntry.finished_at < end)
 
 
-def billable(start: datetime, end: datetime, late_before: datetime | None) -> ColumnElement[bool]:
-    """Entries a month's invoice takes: its own, and earlier ones not billed yet of months an
-    invoice already closed (`late_before`: the end of the last one); both only if unbilled."""
-    own = in_window(start, end)
-    if late_before is None:
-        return and_(own, not_billed())
-    return and_(or_(own, LedgerEntry.finished_at < min(start, late_before)), not_billed())
+def billable(end: datetime) -> ColumnElement[bool]:
+    """What finalizing a month ending at `end` bills: every entry before `end` not billed
+    yet, its own month's and any earlier one's (late, or from before invoicing began)."""
+    return and_(LedgerEntry.finished_at < end, not_billed())
 
 
 async def usage_groups(
@@ -225,17 +222,6 @@ async def take_number(session: AsyncSession, issuer: str, year: int) -> int:
 async def invoice_for(session: AsyncSession, tenant_id: str, period: str) -> Invoice | None:
     return await session.scalar(
         select(Invoice).where(Invoice.tenant_id == tenant_id, Invoice.period == period)
-    )
-
-
-async def last_closed_end(
-    session: AsyncSession, tenant_id: str, before: datetime
-) -> datetime | None:
-    """The end of the tenant's latest finalized month that ends by `before`."""
-    return await session.scalar(
-        select(func.max(Invoice.period_end)).where(
-            Invoice.tenant_id == tenant_id, Invoice.period_end <= before
-        )
     )
 
 

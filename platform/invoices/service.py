@@ -2,11 +2,13 @@
 
 What an invoice bills is decided by `invoice_items` (one row per ledger entry, its
 primary key the request id): finalizing a tenant's month inserts, in ONE statement,
-an item for every entry of the month not billed yet (and for every earlier entry not
-billed yet of a month an invoice already closed: a late entry), then sums exactly the
-entries it inserted. So an entry is billed once, an entry landing while a month is
-finalized is either on that invoice or on the next one (an adjustment line), never on
-none or both, and a finalized invoice is never edited. Credits are applied to the
+an item for every entry of the month not billed yet, and for every earlier entry not
+billed yet (one that reached the ledger after its own month's invoice, or from before
+the tenant's first invoice: adjustment lines), then sums exactly the entries it
+inserted. So an entry is billed once, an entry landing while a month is finalized is
+either on that invoice or on the next one (an adjustment line), never on none or both,
+and a finalized invoice is never edited. A draft shows what finalizing its month now
+would bill. Credits are applied to the
 billed entries in the same transaction (`apply_entries`), so what the grants paid of
 an invoice is on that invoice.
 
@@ -96,21 +98,13 @@ async def build_lines(
 
 
 async def draft_of(session: AsyncSession, tenant: Tenant, month: Month, issuer: str) -> InvoiceDoc:
-    """The month's invoice as it stands now: its entries not billed yet, and the late
-    entries of months already invoiced (they go on this one)."""
+    """The month's invoice as it stands now: what finalizing it now would bill (its entries
+    not billed yet, and earlier ones not billed yet as adjustments)."""
     zone = zone_of(tenant.timezone)
     start, end = month.window(zone)
-    late_before = await repo.last_closed_end(session, tenant.id, start)
-    usage = await repo.usage_groups(
-        session, tenant.id, repo.in_window(start, end), repo.not_billed()
-    )
-    late = (
-        await repo.late_entries(
-            session, tenant.id, LedgerEntry.finished_at < late_before, repo.not_billed()
-        )
-        if late_before is not None
-        else []
-    )
+    unbilled = repo.not_billed()
+    usage = await repo.usage_groups(session, tenant.id, repo.in_window(start, end), unbilled)
+    late = await repo.late_entries(session, tenant.id, LedgerEntry.finished_at < start, unbilled)
     lines, currency = await build_lines(session, zone, usage, late)
     label = f"{month.label}"
     return InvoiceDoc(
@@ -201,8 +195,7 @@ async def _finalize_once(
                 f"{month.label} is still open in {zone.key} until {end:%Y-%m-%d %H:%M} UTC",
                 param="month",
             )
-        late_before = await repo.last_closed_end(session, tenant_id, start)
-        condition = repo.billable(start, end, late_before)
+        condition = repo.billable(end)
         if not await repo.has_billable(session, tenant_id, condition):
             return Finalized(None, created=False)
         number = await repo.take_number(session, settings.invoice_issuer, now.year)
