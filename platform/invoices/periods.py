@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 from hydrant.platform.digests.figures import local_day_window
 from hydrant.platform.errors import InvalidRequest
 
-MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+MONTH = re.compile(r"^(2\d{3})-(\d{2})$")  # the years 2000-2999: every window computes
 
 
 @dataclass(frozen=True, order=True)
@@ -24,9 +24,9 @@ class Month:
 
     @classmethod
     def parse(cls, text: str, param: str = "month") -> Month:
-        """`YYYY-MM`; 400 for anything else."""
+        """`YYYY-MM` (2000-2999); 400 for anything else."""
         found = MONTH.match(text)
-        if found is None or not 1 <= int(found.group(2)) <= 12 or int(found.group(1)) < 2000:
+        if found is None or not 1 <= int(found.group(2)) <= 12:
             raise InvalidRequest(f"{text!r} is not a month (YYYY-MM)", param=param)
         return cls(int(found.group(1)), int(found.group(2)))
 

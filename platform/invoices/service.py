@@ -40,7 +40,7 @@ from hydrant.platform.db.session import Database
 from hydrant.platform.digests.service import zone_of
 from hydrant.platform.errors import Conflict, NotFound
 from hydrant.platform.invoices import repository as repo
-from hydrant.platform.invoices.periods import Month
+from hydrant.platform.invoices.periods import MONTH, Month
 from hydrant.platform.invoices.statement import InvoiceDoc, Line, totals
 from hydrant.platform.jobs.after_commit import Enqueue, enqueue_after_commit
 from hydrant.platform.ledger.repository import PriceVersion
@@ -409,6 +409,8 @@ class InvoiceService:
             if invoice is None or invoice.tenant_id != tenant.id:
                 raise NotFound(f"no invoice {ref!r}", param="invoice_id")
             return await self._finalized(tenant, invoice)
+        if MONTH.match(ref) is None:
+            raise NotFound(f"no invoice {ref!r}", param="invoice_id")
         month = Month.parse(ref, param="invoice_id")
         invoice = await repo.invoice_for(self._session, tenant.id, month.label)
         if invoice is not None:

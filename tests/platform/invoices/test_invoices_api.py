@@ -74,8 +74,10 @@ async def _check(cp: ControlPlane, acme_id: str, other_id: str) -> None:
     assert [i["status"] for i in theirs.json()["data"]] == ["draft"]  # nothing of acme's
     listed = await client.get("/account/invoices", headers=bearer(acme_key))
     assert [i["status"] for i in listed.json()["data"]] == ["draft", "finalized"]
-    future = await client.get("/account/invoices/2999-01", headers=bearer(acme_key))
-    assert future.status_code == 404
+    for unknown in ("2999-01", "inv_nope", "nonsense", "2026-13", "1999-12", "9999-12.pdf"):
+        answer = await client.get(f"/account/invoices/{unknown}", headers=bearer(acme_key))
+        assert answer.status_code in (400, 404), (unknown, answer.text)
+        assert answer.json()["error"]["param"] == "invoice_id"
     by_month = await client.get("/account/invoices/2026-11", headers=bearer(acme_key))
     assert by_month.json()["id"] == invoice_id
 
