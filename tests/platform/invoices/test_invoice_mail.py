@@ -5,6 +5,7 @@ delivered twice, and a second finalization, mail nothing more."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,8 @@ from sqlalchemy import select
 from hydrant.platform.db.models import InvoiceSend
 from hydrant.platform.db.session import Database
 from hydrant.platform.digests import repository
+from hydrant.platform.invoices.periods import Month
+from hydrant.platform.invoices.service import finalize_tenant
 from hydrant.platform.job_table import JOB_TABLE
 from hydrant.platform.jobs.scheduler import EmbeddedScheduler
 from hydrant.settings import load_settings
@@ -80,4 +83,25 @@ async def test_the_job_mails_each_invoice_once_with_its_pdf(
     assert await jobs.run(SEND, {"send_id": claim.id}) == {"sent": False}
     await jobs.run(FINALIZE)
     await jobs.idle()
+    assert smtp.inbox.count() == 1
+
+
+async def test_concurrent_mailing_jobs_mail_an_invoice_once(
+    db: Database, smtp: SmtpServer, data_dir: Path
+) -> None:
+    world = await make_world(db, recipients=["billing@acme.test"])
+    ledger = make_ledger(db, data_dir)
+    await record(
+        ledger, world, key="backend", model="qwen-tiny",
+        finished_at=local(2026, 11, 7, 10), tokens=(100, 0, 100),
+    )  # fmt: skip
+    settings = load_settings({}, data_dir=data_dir, smtp_url=smtp.url(), secret_key="s" * 40)
+    # Finalized by the console: claimed, nothing enqueued
+    made = await finalize_tenant(db, settings, world.tenant_id, Month(2026, 11), now=JUST_AFTER)
+    async with db.session() as session:
+        [claim] = list(await session.scalars(select(InvoiceSend)))
+    assert claim.invoice_id == made.invoice_id and claim.status == "pending"
+    jobs = EmbeddedScheduler(settings, db, JOB_TABLE, clock=lambda: JUST_AFTER, periodic=())
+    results = await asyncio.gather(*(jobs.run(SEND, {"send_id": claim.id}) for _ in range(4)))
+    assert sorted(r["sent"] for r in results) == [False, False, False, True]
     assert smtp.inbox.count() == 1
