@@ -8,12 +8,12 @@ entry is its `credit_applications` with a grant (the part no grant paid is due).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, func, insert, literal, select, update
+from sqlalchemy import ColumnElement, and_, case, exists, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -42,17 +42,6 @@ class Group:
     output_tokens: int = 0
     charged: Decimal = Decimal(0)
     paid_by_credits: Decimal = Decimal(0)
-
-    def plus(self, other: Group) -> Group:
-        return replace(
-            self,
-            requests=self.requests + other.requests,
-            input_tokens=self.input_tokens + other.input_tokens,
-            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            charged=self.charged + other.charged,
-            paid_by_credits=self.paid_by_credits + other.paid_by_credits,
-        )
 
 
 def _credit_paid() -> Any:
@@ -88,70 +77,66 @@ def billable(end: datetime) -> ColumnElement[bool]:
 
 
 async def usage_groups(
-    session: AsyncSession, tenant_id: str, *conditions: ColumnElement[bool]
-) -> list[Group]:
-    """The tenant's entries matching `conditions`, summed per model, price and kind."""
+    session: AsyncSession,
+    tenant_id: str,
+    *conditions: ColumnElement[bool],
+    months: Sequence[tuple[str, datetime]] = (),
+) -> list[tuple[str, Group]]:
+    """The tenant's entries matching `conditions`, summed per month, model, price and kind.
+
+    `months` is (label, end) in time order: an entry is in the first month it ends before
+    (the tenant's local months, cut in Python, passed as UTC bounds), so even years of
+    entries are summed by the database, never read one by one. No months: label ""."""
     paid = _credit_paid()
-    batch = LedgerEntry.batch_id.is_not(None)
-    statement = (
+    period = (
+        case(*((LedgerEntry.finished_at < end, label) for label, end in months), else_="")
+        if months
+        else literal("")
+    )
+    # In a subquery so the GROUP BY names its columns (PostgreSQL will not match a CASE
+    # with bound parameters in the select list to the same CASE in the GROUP BY).
+    rows = (
         select(
+            period.label("period"),
             LedgerEntry.model_id,
             LedgerEntry.price_id,
-            batch,
-            func.count(),
-            func.coalesce(func.sum(LedgerEntry.input_tokens - LedgerEntry.cached_tokens), 0),
-            func.coalesce(func.sum(LedgerEntry.cached_tokens), 0),
-            func.coalesce(func.sum(LedgerEntry.output_tokens), 0),
-            func.coalesce(func.sum(LedgerEntry.charged), 0),
-            func.coalesce(func.sum(paid.c.paid), 0),
+            LedgerEntry.batch_id.is_not(None).label("batch"),
+            (LedgerEntry.input_tokens - LedgerEntry.cached_tokens).label("uncached"),
+            LedgerEntry.cached_tokens,
+            LedgerEntry.output_tokens,
+            LedgerEntry.charged,
+            paid.c.paid,
         )
         .outerjoin(paid, paid.c.request_id == LedgerEntry.request_id)
         .where(LedgerEntry.tenant_id == tenant_id, *conditions)
-        .group_by(LedgerEntry.model_id, LedgerEntry.price_id, batch)
+        .subquery()
     )
-    rows = await session.execute(statement)
+    keys = (rows.c.period, rows.c.model_id, rows.c.price_id, rows.c.batch)
+    statement = select(
+        *keys,
+        func.count(),
+        func.coalesce(func.sum(rows.c.uncached), 0),
+        func.coalesce(func.sum(rows.c.cached_tokens), 0),
+        func.coalesce(func.sum(rows.c.output_tokens), 0),
+        func.coalesce(func.sum(rows.c.charged), 0),
+        func.coalesce(func.sum(rows.c.paid), 0),
+    ).group_by(*keys)
+    result = await session.execute(statement)
     return [
-        Group(m, p, bool(b), int(n), int(i), int(c), int(o), Decimal(ch), Decimal(pd))
-        for m, p, b, n, i, c, o, ch, pd in rows.all()
+        (str(label), Group(m, p, bool(b), int(n), int(i), int(c), int(o), Decimal(ch), Decimal(pd)))
+        for label, m, p, b, n, i, c, o, ch, pd in result.all()
     ]
 
 
-@dataclass(frozen=True)
-class LateEntry:
-    finished_at: datetime
-    group: Group
-
-
-async def late_entries(
+async def earliest(
     session: AsyncSession, tenant_id: str, *conditions: ColumnElement[bool]
-) -> list[LateEntry]:
-    """Entries one by one (few: those that reached the ledger after their month's invoice),
-    to be grouped by the tenant's local month of each."""
-    paid = _credit_paid()
-    statement = (
-        select(LedgerEntry, func.coalesce(paid.c.paid, 0))
-        .outerjoin(paid, paid.c.request_id == LedgerEntry.request_id)
-        .where(LedgerEntry.tenant_id == tenant_id, *conditions)
-        .order_by(LedgerEntry.finished_at, LedgerEntry.request_id)
-    )
-    rows = await session.execute(statement)
-    return [
-        LateEntry(
-            e.finished_at,
-            Group(
-                e.model_id,
-                e.price_id,
-                e.batch_id is not None,
-                1,
-                e.input_tokens - e.cached_tokens,
-                e.cached_tokens,
-                e.output_tokens,
-                Decimal(e.charged),
-                Decimal(paid_amount),
-            ),
+) -> datetime | None:
+    """When the first of the tenant's entries matching `conditions` finished."""
+    return await session.scalar(
+        select(func.min(LedgerEntry.finished_at)).where(
+            LedgerEntry.tenant_id == tenant_id, *conditions
         )
-        for e, paid_amount in rows.all()
-    ]
+    )
 
 
 async def models_and_prices(

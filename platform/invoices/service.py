@@ -27,7 +27,7 @@ from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -53,18 +53,43 @@ SEND_JOB = "hydrant.invoices.send"
 DEFAULT_CURRENCY = "USD"
 
 
-async def build_lines(
+async def billed_lines(
     session: AsyncSession,
+    tenant_id: str,
     zone: ZoneInfo,
-    usage: Sequence[repo.Group],
-    late: Sequence[repo.LateEntry],
+    month: Month,
+    selected: ColumnElement[bool],
+) -> tuple[list[Line], str]:
+    """The lines of `month` over the `selected` entries: the month's own (usage lines), then
+    earlier ones (adjustments, by their own local month), and the prices' currency."""
+    start, end = month.window(zone)
+    usage = [
+        g
+        for _, g in await repo.usage_groups(
+            session, tenant_id, repo.in_window(start, end), selected
+        )
+    ]
+    before = LedgerEntry.finished_at < start
+    first = await repo.earliest(session, tenant_id, before, selected)
+    months: list[tuple[str, datetime]] = []
+    if first is not None:
+        earlier = Month.of(first, zone)
+        while earlier < month:
+            months.append((earlier.label, earlier.window(zone)[1]))
+            earlier = earlier.next()
+    late = (
+        await repo.usage_groups(session, tenant_id, before, selected, months=months)
+        if months
+        else []
+    )
+    return await build_lines(session, usage, late)
+
+
+async def build_lines(
+    session: AsyncSession, usage: Sequence[repo.Group], late: Sequence[tuple[str, repo.Group]]
 ) -> tuple[list[Line], str]:
     """The lines (usage first, then adjustments by month) and the prices' currency."""
-    adjusted: dict[tuple[str, str, str | None, bool], repo.Group] = {}
-    for entry in late:
-        g = entry.group
-        key = (Month.of(entry.finished_at, zone).label, g.model_id, g.price_id, g.batch)
-        adjusted[key] = adjusted[key].plus(g) if key in adjusted else g
+    adjusted = {(label, g.model_id, g.price_id, g.batch): g for label, g in late}
     names, prices = await repo.models_and_prices(session, [*usage, *adjusted.values()])
     currency = next(iter(p.currency for p in prices.values()), DEFAULT_CURRENCY)
 
@@ -102,10 +127,7 @@ async def draft_of(session: AsyncSession, tenant: Tenant, month: Month, issuer: 
     not billed yet, and earlier ones not billed yet as adjustments)."""
     zone = zone_of(tenant.timezone)
     start, end = month.window(zone)
-    unbilled = repo.not_billed()
-    usage = await repo.usage_groups(session, tenant.id, repo.in_window(start, end), unbilled)
-    late = await repo.late_entries(session, tenant.id, LedgerEntry.finished_at < start, unbilled)
-    lines, currency = await build_lines(session, zone, usage, late)
+    lines, currency = await billed_lines(session, tenant.id, zone, month, repo.not_billed())
     label = f"{month.label}"
     return InvoiceDoc(
         id=label,
@@ -197,7 +219,10 @@ async def _finalize_once(
             )
         condition = repo.billable(end)
         if not await repo.has_billable(session, tenant_id, condition):
-            return Finalized(None, created=False)
+            # Nothing left to bill: nothing was, or (SQLite, where no row lock ordered us)
+            # a finalizer that raced this one billed it since the check above.
+            made = await repo.invoice_for(session, tenant_id, month.label)
+            return Finalized(made.id if made is not None else None, created=False)
         number = await repo.take_number(session, settings.invoice_issuer, now.year)
         invoice = Invoice(
             tenant_id=tenant_id,
@@ -218,9 +243,7 @@ async def _finalize_once(
         await repo.bill_entries(session, tenant_id, invoice.id, condition)
         await apply_entries(session, tenant_id, now)  # what the grants pay is on this invoice
         billed = repo.billed_by(invoice.id)
-        usage = await repo.usage_groups(session, tenant_id, repo.in_window(start, end), billed)
-        late = await repo.late_entries(session, tenant_id, LedgerEntry.finished_at < start, billed)
-        lines, currency = await build_lines(session, zone, usage, late)
+        lines, currency = await billed_lines(session, tenant_id, zone, month, billed)
         sums = totals(lines)
         invoice.currency = currency
         invoice.subtotal = sums.subtotal

@@ -183,7 +183,7 @@ async def test_numbers_are_gap_free_under_concurrent_finalization(
     created = [i for r in reports[:4] for i in r.created]  # type: ignore[union-attr]
     created += [r.invoice_id for r in reports[4:] if r.created]  # type: ignore[union-attr]
     assert sorted(created) == sorted(i.id for i in invoices)  # each made by exactly one caller
-    assert all(r.empty == 1 for r in reports[:4])  # type: ignore[union-attr]
+    assert all(r.empty == 1 for r in reports[:4]), reports  # type: ignore[union-attr]
 
 
 async def test_credits_applied_never_exceed_the_amount(db: Database, data_dir: Path) -> None:
