@@ -8,6 +8,7 @@ two settings objects can live in one process (two gateways in one test).
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -160,6 +161,8 @@ class Settings:
     digest_no_usage: DigestNoUsage = "send"
     admin_digest_to: str | None = None
     admin_digest_hour: int = 7
+    invoice_issuer: str = "HYD"  # the prefix of invoice numbers: HYD-2026-000123
+    invoice_issuer_name: str = "Hydrant"  # who issues the invoices, as printed on them
     embedded_jobs: bool = True
     embedded_engine: EmbeddedEngineMode = "process"
     worker_pools: bool = False
@@ -352,6 +355,11 @@ def load_settings(
     settings = replace(Settings(), **values)
     if not 0 < settings.port < 65536:
         raise ConfigurationError(f"port {settings.port} is out of range 1-65535")
+    if not re.fullmatch(r"[A-Z][A-Z0-9]{0,15}", settings.invoice_issuer):
+        raise ConfigurationError(
+            f"invoice_issuer {settings.invoice_issuer!r} must be 1-16 capital letters or digits"
+            f" starting with a letter ({ENV_PREFIX}INVOICE_ISSUER)"
+        )
     served = {spec.name for spec in settings.served_models()}
     unknown = sorted(set(_tool_call_parsers(settings.tool_call_parsers)) - served)
     if unknown:

@@ -50,6 +50,11 @@ from hydrant.platform.inference.embeddings.controllers import (
 from hydrant.platform.inference.models.controllers import ModelsController
 from hydrant.platform.inference.responses.controllers import ResponsesController
 from hydrant.platform.inference.tokenization.controllers import TokenizationController
+from hydrant.platform.invoices.controllers import (
+    AccountInvoicesController,
+    InvoiceAdminController,
+    InvoiceFinalizeController,
+)
 from hydrant.platform.keys.controllers import AccountKeysController, KeyAdminController
 from hydrant.platform.metrics import bearer_token_guard, metrics_route
 from hydrant.platform.prices.controllers import PriceBookController
@@ -91,6 +96,9 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         AccountKeysController,
         CreditAdminController,
         AccountBalanceController,
+        AccountInvoicesController,  # /account/invoices: a tenant's drafts and invoices
+        InvoiceAdminController,  # /admin/tenants/{id}/invoices
+        InvoiceFinalizeController,  # POST /admin/invoices/finalize?month=YYYY-MM
         CostReportController,
         UsageController,
         OrganizationUsageController,  # OpenAI's /v1/organization usage and costs (admin keys)

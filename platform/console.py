@@ -1,5 +1,5 @@
 """The control-plane services outside a request: for the console (`hydrant tenants …`,
-`hydrant batches …`).
+`hydrant batches …`, `hydrant billing …`).
 
 Same services as the admin API, made by the same providers (`*/deps.py`), on
 one session of the configured database (one unit of work: committed when the
@@ -21,6 +21,8 @@ from hydrant.platform.batches.book import BatchBook
 from hydrant.platform.credits.deps import provide_credit_service
 from hydrant.platform.credits.service import CreditService
 from hydrant.platform.db.session import Database
+from hydrant.platform.invoices.deps import provide_invoice_service
+from hydrant.platform.invoices.service import InvoiceService
 from hydrant.platform.keys.deps import provide_key_service
 from hydrant.platform.keys.service import KeyService
 from hydrant.platform.prices.deps import provide_price_service
@@ -41,6 +43,7 @@ class AdminServices:
     batches: BatchBook
     credits: CreditService
     adapters: AdapterService
+    invoices: InvoiceService
 
 
 @asynccontextmanager
@@ -62,6 +65,7 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
                 credits=await provide_credit_service(session, database),
                 # No catalog here: gateways see the change within HYDRANT_ADAPTER_REFRESH_S.
                 adapters=await provide_adapter_service(session, authenticator, None),
+                invoices=await provide_invoice_service(session, database, settings),
             )
     finally:
         await database.dispose()

@@ -12,6 +12,7 @@ from hydrant.platform.digests.tasks import TASKS as DIGEST_TASKS
 from hydrant.platform.dispatch.tasks import TASKS as POOL_TASKS
 from hydrant.platform.files.tasks import TASKS as FILE_TASKS
 from hydrant.platform.inference.responses.tasks import TASKS as RESPONSE_TASKS
+from hydrant.platform.invoices.tasks import TASKS as INVOICE_TASKS
 from hydrant.platform.jobs.registry import JobTable, Periodic
 from hydrant.platform.ledger.tasks import TASKS as LEDGER_TASKS
 from hydrant.platform.reports.tasks import TASKS as REPORT_TASKS
@@ -28,6 +29,9 @@ PERIODIC: tuple[Periodic, ...] = (
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
     # Hourly, and idempotent per adapter and day (adapters/hosting.py): a day is charged once.
     Periodic("adapter-hosting-fees", "hydrant.adapters.hosting_fees", 3600.0),
+    # Hourly: a tenant's month closes at its own local midnight, so some tenant's month
+    # ends every hour of the 1st; a finalized month costs one query per tenant to skip.
+    Periodic("monthly-invoices", "hydrant.invoices.finalize", 3600.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
     Periodic("files-purge", "hydrant.files.purge", 3600.0),
     # Starts batches no runner holds: a new one whose run was not enqueued, or one whose
@@ -54,6 +58,7 @@ JOB_TABLE = JobTable.of(
         *BATCH_TASKS,
         *POOL_TASKS,
         *ADAPTER_TASKS,
+        *INVOICE_TASKS,
     ),
     PERIODIC,
 )

@@ -9,6 +9,7 @@ import click
 from hydrant import __version__
 from hydrant.cli.admin import keys, tenants
 from hydrant.cli.batchcmd import batches
+from hydrant.cli.billingcmd import billing
 from hydrant.cli.context import CliContext
 from hydrant.cli.creditcmd import credits_group
 from hydrant.cli.database import migrate
@@ -66,6 +67,7 @@ for command in (
     keys,
     batches,
     credits_group,
+    billing,
     models,
     report,
     capacity,

@@ -391,3 +391,10 @@ from hydrant.platform.db.credit_models import CreditAlertThreshold as CreditAler
 from hydrant.platform.db.credit_models import CreditApplication as CreditApplication  # noqa: E402
 from hydrant.platform.db.credit_models import CreditGrant as CreditGrant  # noqa: E402
 from hydrant.platform.db.credit_models import CreditSettlement as CreditSettlement  # noqa: E402
+
+# --- Monthly invoices (issue #26): invoices, lines, billed entries, counters (invoice_models)
+from hydrant.platform.db.invoice_models import Invoice as Invoice  # noqa: E402
+from hydrant.platform.db.invoice_models import InvoiceCounter as InvoiceCounter  # noqa: E402
+from hydrant.platform.db.invoice_models import InvoiceItem as InvoiceItem  # noqa: E402
+from hydrant.platform.db.invoice_models import InvoiceLine as InvoiceLine  # noqa: E402
+from hydrant.platform.db.invoice_models import InvoiceSend as InvoiceSend  # noqa: E402

@@ -1,4 +1,4 @@
-"""The mail path every alert shares (budget alerts, low-balance alerts).
+"""The mail path every alert shares (budget alerts, low-balance alerts), and invoices.
 
 A claimed alert row moves `pending` -> `sending` with a conditional UPDATE, so a job
 delivered twice mails once; a failed send puts it back to `pending`, and the periodic
@@ -8,6 +8,7 @@ never dropped). Kept in one place so both kinds keep the same guarantees.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.credit_models import CreditAlertSend
+from hydrant.platform.db.invoice_models import InvoiceSend
 from hydrant.platform.db.models import BudgetAlertSend, Tenant
 from hydrant.platform.digests.render import build_message, render
 from hydrant.platform.digests.service import DigestService
@@ -24,18 +26,27 @@ from hydrant.platform.mail.mailer import MailError
 
 RESEND_AFTER = timedelta(minutes=1)
 
-Row = TypeVar("Row", BudgetAlertSend, CreditAlertSend)
+Row = TypeVar("Row", BudgetAlertSend, CreditAlertSend, InvoiceSend)
+# (file name, MIME subtype of application/*, content): e.g. an invoice's PDF
+Attachment = tuple[str, str, bytes]
 
 
 async def requeue_stale(
-    session: AsyncSession, model: type[Row], enqueue: Enqueue, job: str, now: datetime
+    session: AsyncSession,
+    model: type[Row],
+    enqueue: Enqueue,
+    job: str,
+    now: datetime,
+    *,
+    argument: str = "alert_id",
 ) -> None:
-    """Enqueue again (after commit) every row still pending a minute after its claim."""
+    """Enqueue again (after commit) every row still pending a minute after its claim; the
+    job gets the row's id as `argument`."""
     stale = await session.scalars(
         select(model.id).where(model.status == "pending", model.claimed_at < now - RESEND_AFTER)
     )
-    for alert_id in stale.all():
-        enqueue_after_commit(session, enqueue, job, alert_id=alert_id)
+    for row_id in stale.all():
+        enqueue_after_commit(session, enqueue, job, **{argument: row_id})
 
 
 async def take(
@@ -68,6 +79,7 @@ async def deliver(
     template: str,
     subject: str,
     message_key: str,
+    attachments: Sequence[Attachment] = (),
     **context: Any,
 ) -> None:
     """Mail a taken row to each recipient, then mark it `sent`; on a mail error it goes
@@ -78,15 +90,18 @@ async def deliver(
             rendered = render(
                 template, subject, None, tenant_name=tenant.name, unsubscribe_url=url, **context
             )
-            await digests.mailer.send(
-                build_message(
-                    rendered,
-                    sender=digests.settings.digest_from,
-                    recipient=recipient,
-                    message_key=message_key,
-                    unsubscribe_url=url,
-                )
+            message = build_message(
+                rendered,
+                sender=digests.settings.digest_from,
+                recipient=recipient,
+                message_key=message_key,
+                unsubscribe_url=url,
             )
+            for filename, subtype, content in attachments:
+                message.add_attachment(
+                    content, maintype="application", subtype=subtype, filename=filename
+                )
+            await digests.mailer.send(message)
     except MailError:
         async with digests.database.session() as session:
             await session.execute(

@@ -63,6 +63,7 @@ def test_toml_file_then_environment_then_overrides(tmp_path: Path) -> None:
         ({"HYDRANT_POOL_BACKENDS": "demo=openai:"}, "MODEL=KIND:URL"),
         ({"HYDRANT_POOL_BACKENDS": "demo=openai:h:8000"}, "not an http"),
         ({"HYDRANT_POOL_BACKENDS": "big=openai:http://h:8000"}, "big, which is not served"),
+        ({"HYDRANT_INVOICE_ISSUER": "hyd-1"}, "HYDRANT_INVOICE_ISSUER"),
     ],
 )
 def test_bad_values_are_clear_errors(env: dict[str, str], message: str) -> None:

@@ -65,6 +65,7 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         "hydrant.digests.dispatch",
         "hydrant.budgets.check",
         "hydrant.credits.check_low_balance",
+        "hydrant.invoices.finalize",
         "hydrant.ledger.rollup",
         "hydrant.adapters.hosting_fees",
         "hydrant.responses.purge",
@@ -77,7 +78,7 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
     try:
 
         async def digests_written() -> bool:
-            return len(list(outbox.glob("*.eml"))) >= 2
+            return len(list(outbox.glob("*.eml"))) >= 4  # 2 digests, 2 invoice mails
 
         async def dispatched_often() -> bool:
             return sum(1 for name, _ in jobs.completed if name == "hydrant.digests.dispatch") >= 5
@@ -88,12 +89,14 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
     finally:
         await jobs.stop()
 
-    # one digest per recipient, however many times the dispatcher ran
+    # one digest per recipient, however many times the dispatcher ran; November closed,
+    # so the invoices job mailed its invoice too (once per recipient)
     files = sorted(outbox.glob("*.eml"))
-    assert len(files) == 2
-    received = [
-        email.message_from_bytes(f.read_bytes(), policy=email.policy.default) for f in files
-    ]
+    mails = [email.message_from_bytes(f.read_bytes(), policy=email.policy.default) for f in files]
+    invoices = [m for m in mails if " invoice HYD-" in str(m["Subject"])]
+    assert sorted(m["To"] for m in invoices) == ["cfo@acme.test", "ops@acme.test"]
+    received = [m for m in mails if m not in invoices]
+    assert len(received) == 2
     assert {m["To"] for m in received} == {"ops@acme.test", "cfo@acme.test"}
     assert all(m["Subject"] == f"Hydrant usage for acme on {DAY.isoformat()}" for m in received)
     assert not list(outbox.glob("*.part"))

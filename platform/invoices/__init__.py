@@ -1,0 +1,1 @@
+"""Monthly invoices: drafts computed from the ledger, finalized invoices frozen and numbered."""
