@@ -14,6 +14,7 @@ from hydrant.platform.inference.responses.tasks import TASKS as RESPONSE_TASKS
 from hydrant.platform.jobs.registry import JobTable, Periodic
 from hydrant.platform.ledger.tasks import TASKS as LEDGER_TASKS
 from hydrant.platform.reports.tasks import TASKS as REPORT_TASKS
+from hydrant.platform.usage_export.tasks import TASKS as USAGE_EXPORT_TASKS
 
 # Digests and alerts are checked every few minutes, not once at the hour: the check
 # sends only what is due and not yet claimed, so a tick missed (beat or gateway down)
@@ -25,6 +26,9 @@ PERIODIC: tuple[Periodic, ...] = (
     # a periodic check and not the settlement); it reads only tenants with thresholds.
     Periodic("low-balance-alerts", "hydrant.credits.check_low_balance", 60.0),
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
+    # Every minute: closed hours become records, and due records (new, retried after the
+    # backoff, or left `sending` by a dead exporter) are delivered; off with no receiver.
+    Periodic("usage-export", "hydrant.billing.export_usage", 60.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
     Periodic("files-purge", "hydrant.files.purge", 3600.0),
     # Starts batches no runner holds: a new one whose run was not enqueued, or one whose
@@ -50,6 +54,7 @@ JOB_TABLE = JobTable.of(
         *FILE_TASKS,
         *BATCH_TASKS,
         *POOL_TASKS,
+        *USAGE_EXPORT_TASKS,
     ),
     PERIODIC,
 )

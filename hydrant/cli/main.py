@@ -9,6 +9,7 @@ import click
 from hydrant import __version__
 from hydrant.cli.admin import keys, tenants
 from hydrant.cli.batchcmd import batches
+from hydrant.cli.billingexport import billing
 from hydrant.cli.context import CliContext
 from hydrant.cli.creditcmd import credits_group
 from hydrant.cli.database import migrate
@@ -65,6 +66,7 @@ for command in (
     tenants,
     keys,
     batches,
+    billing,
     credits_group,
     models,
     report,

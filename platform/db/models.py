@@ -384,3 +384,7 @@ from hydrant.platform.db.credit_models import CreditAlertThreshold as CreditAler
 from hydrant.platform.db.credit_models import CreditApplication as CreditApplication  # noqa: E402
 from hydrant.platform.db.credit_models import CreditGrant as CreditGrant  # noqa: E402
 from hydrant.platform.db.credit_models import CreditSettlement as CreditSettlement  # noqa: E402
+
+# --- Usage export (issue #26): the outbox and Stripe customers (export_models) ------------
+from hydrant.platform.db.export_models import BillingCustomer as BillingCustomer  # noqa: E402
+from hydrant.platform.db.export_models import UsageExportRecord as UsageExportRecord  # noqa: E402
