@@ -124,24 +124,31 @@ async def _count(database: Database, target: ExportTarget, now: datetime) -> Del
 async def claim(
     database: Database, target: ExportTarget, now: datetime, token: str
 ) -> list[tuple[UsageExportRecord, str | None]]:
-    """Take up to a batch of due records for `token`; each row is won by one exporter."""
-    async with database.session() as session:
-        rows = (
-            await session.execute(
-                _candidates(target, now).order_by(R.hour, R.sequence, R.id).limit(target.batch_size)
-            )
-        ).all()
-        taken = []
-        for record, customer in rows:
-            won = await session.execute(
-                update(R)
-                .where(R.id == record.id, _due(now, target.lease))
-                .values(status="sending", claim=token, claimed_at=now)
-                .execution_options(synchronize_session=False)
-            )
-            if won.rowcount == 1:  # type: ignore[attr-defined]
-                taken.append((record, customer))
-    return taken
+    """Take up to a batch of due records for `token`; each row is won by one exporter.
+
+    A batch lost whole to another exporter is not the end: what it took is no longer
+    due, so the next look finds the rest (empty only when nothing is due)."""
+    while True:
+        async with database.session() as session:
+            rows = (
+                await session.execute(
+                    _candidates(target, now)
+                    .order_by(R.hour, R.sequence, R.id)
+                    .limit(target.batch_size)
+                )
+            ).all()
+            taken = []
+            for record, customer in rows:
+                won = await session.execute(
+                    update(R)
+                    .where(R.id == record.id, _due(now, target.lease))
+                    .values(status="sending", claim=token, claimed_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+                if won.rowcount == 1:  # type: ignore[attr-defined]
+                    taken.append((record, customer))
+        if taken or not rows:
+            return taken
 
 
 async def _mark_sent(

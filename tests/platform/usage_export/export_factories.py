@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from report_factories import BASE, Row, awkward_amount
+from report_factories import BASE, Row, add_models, add_tenants, awkward_amount, insert_rows
 from sqlalchemy import select
 
 from hydrant.platform.db.models import UsageExportRecord
@@ -93,3 +93,16 @@ def record_sums(rows: Iterable[UsageExportRecord]) -> Sums:
         one = (r.requests, r.input_tokens, r.cached_tokens, r.output_tokens, r.charged)
         sums[key] = _add(sums.get(key, ZERO), one)
     return sums
+
+
+async def seed_ledger(
+    database: Database, *, count: int, hours: int, seed: int, tenants: Sequence[str] = ("acme",)
+) -> tuple[dict[str, str], list[Row]]:
+    """Tenants (name -> id), one model, and `count` entries over `hours` hours from BASE."""
+    async with database.session() as session:
+        ids = await add_tenants(session, tenants)
+        models = await add_models(session, ["alpha"])
+    rows = rows_across_hours(list(ids.values()), list(models), count, hours, seed=seed)
+    async with database.session() as session:
+        await insert_rows(session, rows, models)
+    return ids, rows
