@@ -207,21 +207,22 @@ async def _send_batch(
     batch: list[tuple[UsageExportRecord, str | None]],
     token: str,
     clock: Callable[[], datetime],
-) -> int:
-    """Send a claimed batch; returns how many were marked sent, raises on the first failure."""
+    report: DeliveryReport,
+) -> None:
+    """Send a claimed batch, counting into `report` what is marked sent; raises
+    `DeliveryFailed` on the first failure (what was marked before it stays sent)."""
     if target.format == "json":
         records = [record for record, _ in batch]
         await _post(client, target, json={"records": [wire.json_record(r) for r in records]})
         await _mark_sent(database, records, token, clock())
-        return len(records)
-    sent = 0
+        report.sent += len(records)
+        return
     for record, customer in batch:
         assert customer is not None  # the stripe claim joins on a customer
         form = wire.stripe_form(record, target.event_name, customer)
         await _post(client, target, record.idempotency_key, data=form)
         await _mark_sent(database, [record], token, clock())
-        sent += 1
-    return sent
+        report.sent += 1
 
 
 async def deliver(
@@ -244,7 +245,7 @@ async def deliver(
         log.info("usage export: delivering", extra={"due": report.due, "format": target.format})
     while batch := await claim(database, target, clock(), token):
         try:
-            report.sent += await _send_batch(database, target, client, batch, token, clock)
+            await _send_batch(database, target, client, batch, token, clock, report)
         except DeliveryFailed as exc:
             unsent = [r for r, _ in batch]
             await _release(database, target, unsent, token, clock(), str(exc))

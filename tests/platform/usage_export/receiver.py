@@ -4,7 +4,9 @@ It runs `http.server` on a thread (a real socket, a real HTTP exchange), takes S
 form-encoded events and the generic JSON batches, checks the bearer secret, and honours
 the idempotency key as Stripe does: a key seen before is answered 200 again and not
 counted again. `script` makes the next requests fail (`500`), or accept and then answer
-too late for the client (`hang`: the receiver has the records, the exporter never hears).
+too late for the client (`hang`: the receiver has the records, the exporter never hears),
+or accept and then go down without answering (`crash`; `running` again on the same port
+is its restart, with what it had accepted kept).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ class Receiver:
         self.hang_s = 5.0
         self.release = threading.Event()  # ends every hang at teardown
         self.got_one = threading.Event()
+        self.down = threading.Event()  # set once a `crash` has closed the port
         self.lock = threading.Lock()
         self.url = ""
+        self.port = 0
 
     def handle(self, handler: BaseHTTPRequestHandler) -> tuple[int, bytes]:
         length = int(handler.headers.get("Content-Length") or 0)
@@ -58,14 +62,26 @@ class Receiver:
         self.got_one.set()
         if action == "hang":
             self.release.wait(self.hang_s)
+        if action == "crash":
+            return 0, b""
         return 200, b'{"object": "billing.meter_event"}'
 
 
+def _go_down(receiver: Receiver, server: Any) -> None:
+    server.shutdown()
+    server.server_close()  # the port refuses connections, as after a crash
+    receiver.down.set()
+
+
 @contextmanager
-def running(receiver: Receiver) -> Iterator[Receiver]:
+def running(receiver: Receiver, port: int = 0) -> Iterator[Receiver]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             status, payload = receiver.handle(self)
+            if status == 0:  # `crash`: it has the records, then dies before answering
+                self.close_connection = True
+                threading.Thread(target=_go_down, args=(receiver, self.server), daemon=True).start()
+                return
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -78,14 +94,16 @@ def running(receiver: Receiver) -> Iterator[Receiver]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    receiver.down.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}/v1/billing/meter_events"
+    receiver.port = server.server_address[1]
+    receiver.url = f"http://127.0.0.1:{receiver.port}/v1/billing/meter_events"
     try:
         yield receiver
     finally:
         receiver.release.set()
-        server.shutdown()
+        server.shutdown()  # returns at once when a `crash` has shut it down already
         server.server_close()

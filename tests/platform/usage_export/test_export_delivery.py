@@ -5,6 +5,7 @@ two exporters at once. PostgreSQL, as production runs it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -85,8 +86,9 @@ async def test_stripe_meter_events_have_stripe_shape_and_wait_for_a_customer(
 
 
 async def test_retries_after_500_and_timeouts_with_backoff_and_each_record_counts_once(
-    pg: Database, receiver: Receiver
+    pg: Database, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     await seed_ledger(pg, count=60, hours=6, seed=4)
     await write_records(pg, utcnow(), settle=SETTLE, lookback=LOOKBACK)
     keys = {r.idempotency_key for r in await records(pg)}
@@ -113,6 +115,9 @@ async def test_retries_after_500_and_timeouts_with_backoff_and_each_record_count
     assert set(receiver.accepted) == keys  # every record received ...
     assert sorted(set(receiver.posts.values())) == [1, 2]  # ... the timed-out batch twice,
     assert sum(1 for n in receiver.posts.values() if n == 2) == 4  # and counted once
+    warned = [r for r in caplog.records if "receiver failed" in r.getMessage()]
+    assert len(warned) == 3  # a 500, a timeout, a 500: each logged ...
+    assert all(SECRET not in str(r.__dict__) for r in caplog.records)  # ... never the secret
     for record in got:  # the generic JSON: money as decimal strings
         sent = receiver.accepted[record.idempotency_key]
         assert Decimal(sent["charged"]) == record.charged and isinstance(sent["charged"], str)
@@ -195,3 +200,31 @@ async def test_two_exporters_at_once_never_send_a_record_twice(pg_url: str, pg: 
     assert sum(sent) == total and all(n > 0 for n in sent)  # both worked, side by side
     assert len(receiver.accepted) == total
     assert max(receiver.posts.values()) == 1  # and no record went out twice
+
+
+async def test_a_receiver_that_goes_down_mid_run_and_restarts_counts_each_record_once(
+    pg: Database,
+) -> None:
+    tenants, _ = await seed_ledger(pg, count=60, hours=12, seed=7)
+    async with pg.session() as session:
+        await set_stripe_customer(session, tenants["acme"], "cus_Acme123")
+    await write_records(pg, utcnow(), settle=SETTLE, lookback=LOOKBACK)
+    keys = {r.idempotency_key for r in await records(pg)}
+    receiver = Receiver()
+    receiver.script = ["ok", "ok", "crash"]  # the third event is taken, then it goes down
+    with running(receiver):
+        to = target(receiver.url, batch_size=5)
+        report = await run(pg, to)
+        assert (report.sent, report.failed) == (2, 1)  # type: ignore[attr-defined]
+        assert len(receiver.accepted) == 3
+        assert await asyncio.to_thread(receiver.down.wait, 10)
+        down = await run(pg, to)  # nobody listens on the port: refused, kept pending
+        assert (down.sent, down.failed) == (0, 1)  # type: ignore[attr-defined]
+        assert {r.last_error for r in await records(pg) if r.status == "pending"} >= {
+            "ConnectError"
+        }
+    with running(receiver, port=receiver.port):  # restarted, with what it had accepted
+        await run(pg, to)
+    assert {r.status for r in await records(pg)} == {"sent"}
+    assert set(receiver.accepted) == keys
+    assert sorted(set(receiver.posts.values())) == [1, 2]  # the crashed one came twice
