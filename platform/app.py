@@ -60,6 +60,7 @@ from hydrant.platform.tenants.controllers import (
     PlanAdminController,
     TenantAdminController,
 )
+from hydrant.platform.usage_export.controllers import BillingCustomerController
 from hydrant.settings import Settings
 from hydrant.web import web_routes
 
@@ -89,6 +90,7 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         AccountKeysController,
         CreditAdminController,
         AccountBalanceController,
+        BillingCustomerController,  # /admin/tenants/{id}/billing-customer (usage export)
         CostReportController,
         UsageController,
         OrganizationUsageController,  # OpenAI's /v1/organization usage and costs (admin keys)

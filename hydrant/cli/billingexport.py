@@ -151,7 +151,8 @@ def billing_customer(
     """TENANT's Stripe customer (for the `stripe` usage export): shown, set, or cleared.
 
     Records of a tenant with none wait in the outbox and go once it is set."""
-    from hydrant.platform.usage_export.customers import set_stripe_customer, stripe_customer
+    from hydrant.platform.auth.principal import CONSOLE
+    from hydrant.platform.usage_export.service import BillingCustomerService
 
     if clear and stripe_customer_id:
         raise click.UsageError("give a customer id or --clear, not both")
@@ -159,9 +160,10 @@ def billing_customer(
     async def work(database: Database) -> str | None:
         async with database.session() as session:
             tenant_id = await _tenant_id(session, tenant)
+            customers = BillingCustomerService(session)
             if stripe_customer_id or clear:
-                await set_stripe_customer(session, tenant_id, stripe_customer_id)
-            return await stripe_customer(session, tenant_id)
+                return await customers.set(CONSOLE, tenant_id, stripe_customer_id)
+            return await customers.get(CONSOLE, tenant_id)
 
     click.echo(_run(cli, work) or "(none)")
 

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reports"))  # report_factories
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "auth"))  # control_plane_helpers
+
+from control_plane_helpers import ControlPlane, control_plane
 from receiver import Receiver, running
 
 from hydrant.platform.db.session import Database
@@ -35,3 +38,9 @@ async def pg(pg_url: str) -> AsyncIterator[Database]:
 def receiver() -> Iterator[Receiver]:
     with running(Receiver()) as live:
         yield live
+
+
+@pytest.fixture()
+async def cp(database_url: str, data_dir: Path) -> AsyncIterator[ControlPlane]:
+    async with control_plane(database_url, data_dir) as plane:
+        yield plane

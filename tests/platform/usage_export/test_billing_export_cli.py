@@ -18,9 +18,10 @@ from export_factories import Sums, ledger_sums, seed_ledger
 from report_factories import BASE, Row
 
 from hydrant.cli.main import cli
+from hydrant.platform.auth.principal import CONSOLE
 from hydrant.platform.db.session import Database
 from hydrant.platform.reports.repository import bucket_value
-from hydrant.platform.usage_export.customers import stripe_customer
+from hydrant.platform.usage_export.service import BillingCustomerService
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +96,7 @@ def test_the_stripe_customer_is_set_shown_and_cleared(pg_url: str, tmp_path: Pat
         database = Database(pg_url)
         try:
             async with database.session() as session:
-                return await stripe_customer(session, tenants["acme"])
+                return await BillingCustomerService(session).get(CONSOLE, tenants["acme"])
         finally:
             await database.dispose()
 

@@ -19,12 +19,13 @@ import pytest
 from export_factories import records, seed_ledger
 from receiver import SECRET, Receiver, running
 
+from hydrant.platform.auth.principal import CONSOLE
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import InvalidRequest
-from hydrant.platform.usage_export.customers import set_stripe_customer
 from hydrant.platform.usage_export.delivery import ExportTarget, deliver
 from hydrant.platform.usage_export.outbox import write_records
+from hydrant.platform.usage_export.service import BillingCustomerService
 
 pytestmark = pytest.mark.integration
 
@@ -58,9 +59,9 @@ async def test_stripe_meter_events_have_stripe_shape_and_wait_for_a_customer(
     tenants, _ = await seed_ledger(pg, count=40, hours=4, seed=3, tenants=("acme", "beta"))
     await write_records(pg, utcnow(), settle=SETTLE, lookback=LOOKBACK)
     async with pg.session() as session:
-        await set_stripe_customer(session, tenants["acme"], "cus_Acme123")
+        await BillingCustomerService(session).set(CONSOLE, tenants["acme"], "cus_Acme123")
         with pytest.raises(InvalidRequest):
-            await set_stripe_customer(session, tenants["beta"], "acme; drop table")
+            await BillingCustomerService(session).set(CONSOLE, tenants["beta"], "acme; drop table")
 
     report = await run(pg, target(receiver.url))
     by_key = {r.idempotency_key: r for r in await records(pg)}
@@ -79,7 +80,7 @@ async def test_stripe_meter_events_have_stripe_shape_and_wait_for_a_customer(
         assert record.status == "sent" and record.sent_at is not None
 
     async with pg.session() as session:  # beta's customer is set: its records go too
-        await set_stripe_customer(session, tenants["beta"], "cus_Beta456")
+        await BillingCustomerService(session).set(CONSOLE, tenants["beta"], "cus_Beta456")
     await run(pg, target(receiver.url))
     assert set(receiver.accepted) == set(by_key)
     assert max(receiver.posts.values()) == 1
@@ -129,7 +130,7 @@ async def test_a_job_worker_killed_mid_delivery_resends_and_nothing_is_lost(
 ) -> None:
     tenants, _ = await seed_ledger(pg, count=30, hours=3, seed=5)
     async with pg.session() as session:
-        await set_stripe_customer(session, tenants["acme"], "cus_Acme123")
+        await BillingCustomerService(session).set(CONSOLE, tenants["acme"], "cus_Acme123")
     with running(Receiver()) as receiver:
         receiver.script = ["hang"]  # accepts the first event, then never answers
         receiver.hang_s = 60
@@ -181,7 +182,7 @@ async def test_a_job_worker_killed_mid_delivery_resends_and_nothing_is_lost(
 async def test_two_exporters_at_once_never_send_a_record_twice(pg_url: str, pg: Database) -> None:
     tenants, _ = await seed_ledger(pg, count=120, hours=40, seed=6)
     async with pg.session() as session:
-        await set_stripe_customer(session, tenants["acme"], "cus_Acme123")
+        await BillingCustomerService(session).set(CONSOLE, tenants["acme"], "cus_Acme123")
     other = Database(pg_url)
     try:
         now = utcnow()
@@ -207,7 +208,7 @@ async def test_a_receiver_that_goes_down_mid_run_and_restarts_counts_each_record
 ) -> None:
     tenants, _ = await seed_ledger(pg, count=60, hours=12, seed=7)
     async with pg.session() as session:
-        await set_stripe_customer(session, tenants["acme"], "cus_Acme123")
+        await BillingCustomerService(session).set(CONSOLE, tenants["acme"], "cus_Acme123")
     await write_records(pg, utcnow(), settle=SETTLE, lookback=LOOKBACK)
     keys = {r.idempotency_key for r in await records(pg)}
     receiver = Receiver()
