@@ -213,7 +213,8 @@ async def _send_batch(
     `DeliveryFailed` on the first failure (what was marked before it stays sent)."""
     if target.format == "json":
         records = [record for record, _ in batch]
-        await _post(client, target, json={"records": [wire.json_record(r) for r in records]})
+        body = [wire.json_record(record, customer) for record, customer in batch]
+        await _post(client, target, json={"records": body})
         await _mark_sent(database, records, token, clock())
         report.sent += len(records)
         return

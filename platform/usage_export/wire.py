@@ -11,7 +11,8 @@ also sent as the `Idempotency-Key` header, so a re-send after a crash gets Strip
 original answer rather than a duplicate-identifier refusal.
 
 JSON: `POST {"records": [...]}`, a batch at once; each record carries its own
-`identifier`, the receiver's key to count it once.
+`identifier`, the receiver's key to count it once, and the tenant's Stripe customer
+when it has one (null otherwise: the JSON export does not wait for one).
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ def stripe_form(record: UsageExportRecord, event_name: str, customer: str) -> di
     }
 
 
-def json_record(record: UsageExportRecord) -> dict[str, Any]:
+def json_record(record: UsageExportRecord, customer: str | None) -> dict[str, Any]:
     return {
         "identifier": record.idempotency_key,
         "tenant_id": record.tenant_id,
+        "stripe_customer_id": customer,
         "model": record.model,
         "hour": record.hour.isoformat(),
         "sequence": record.sequence,

@@ -123,6 +123,7 @@ async def test_retries_after_500_and_timeouts_with_backoff_and_each_record_count
         sent = receiver.accepted[record.idempotency_key]
         assert Decimal(sent["charged"]) == record.charged and isinstance(sent["charged"], str)
         assert sent["input_tokens"] == record.input_tokens
+        assert sent["stripe_customer_id"] is None  # none set: json does not wait for one
 
 
 async def test_a_job_worker_killed_mid_delivery_resends_and_nothing_is_lost(
