@@ -29,6 +29,7 @@ ScaleDownMode = Literal["sleep", "exit"]
 EmbeddedEngineMode = Literal["process", "thread"]
 DigestNoUsage = Literal["send", "skip"]
 LedgerCommitMode = Literal["database", "journal"]  # hydrant.platform.ledger.service
+UsageExportFormat = Literal["stripe", "json"]  # hydrant.platform.usage_export.wire
 # How `tool_choice: auto` reads calls from a model's text (hydrant.platform.inference.chat.tools);
 # "none" turns `auto` off for the model.
 TOOL_CALL_PARSERS = ("hermes", "mistral", "llama3_json", "none")
@@ -190,6 +191,17 @@ class Settings:
     upstream_api_key_file: Path | None = None  # or read from this file (a mounted secret)
     upstream_health_s: float = 2.0  # each upstream member probed this often
     upstream_max_inflight: int = 256  # requests one member takes before the pool counts it full
+    # The usage export (hydrant.platform.usage_export): hourly usage records to a receiver.
+    usage_export_url: str | None = None  # None: no export job runs
+    usage_export_format: UsageExportFormat = "stripe"
+    usage_export_secret: str | None = None  # sent as `Authorization: Bearer`; never logged
+    usage_export_event_name: str = "hydrant_tokens"  # the Stripe meter's event name
+    usage_export_batch_size: int = 100  # records claimed (and, as json, posted) at once
+    usage_export_settle_s: float = 300.0  # an hour is exported this long after it ends
+    usage_export_backoff_s: float = 30.0  # first retry delay, doubled per attempt (1 h max)
+    usage_export_lease_s: float = 300.0  # a claimed record is re-sent after this unmarked
+    usage_export_timeout_s: float = 10.0  # one HTTP request to the receiver
+    usage_export_lookback_hours: int = 168  # late ledger entries recorded this far back
     k8s_api_url: str | None = None
     k8s_token: str | None = None
     k8s_namespace: str = "default"

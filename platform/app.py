@@ -66,6 +66,7 @@ from hydrant.platform.tenants.controllers import (
     PlanAdminController,
     TenantAdminController,
 )
+from hydrant.platform.usage_export.controllers import BillingCustomerController
 from hydrant.settings import Settings
 from hydrant.web import web_routes
 
@@ -99,6 +100,7 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         AccountInvoicesController,  # /account/invoices: a tenant's drafts and invoices
         InvoiceAdminController,  # /admin/tenants/{id}/invoices
         InvoiceFinalizeController,  # POST /admin/invoices/finalize?month=YYYY-MM
+        BillingCustomerController,  # /admin/tenants/{id}/billing-customer (usage export)
         CostReportController,
         UsageController,
         OrganizationUsageController,  # OpenAI's /v1/organization usage and costs (admin keys)

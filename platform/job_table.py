@@ -16,6 +16,7 @@ from hydrant.platform.invoices.tasks import TASKS as INVOICE_TASKS
 from hydrant.platform.jobs.registry import JobTable, Periodic
 from hydrant.platform.ledger.tasks import TASKS as LEDGER_TASKS
 from hydrant.platform.reports.tasks import TASKS as REPORT_TASKS
+from hydrant.platform.usage_export.tasks import TASKS as USAGE_EXPORT_TASKS
 
 # Digests and alerts are checked every few minutes, not once at the hour: the check
 # sends only what is due and not yet claimed, so a tick missed (beat or gateway down)
@@ -32,6 +33,9 @@ PERIODIC: tuple[Periodic, ...] = (
     # Hourly: a tenant's month closes at its own local midnight, so some tenant's month
     # ends every hour of the 1st; a finalized month costs one query per tenant to skip.
     Periodic("monthly-invoices", "hydrant.invoices.finalize", 3600.0),
+    # Every minute: closed hours become records, and due records (new, retried after the
+    # backoff, or left `sending` by a dead exporter) are delivered; off with no receiver.
+    Periodic("usage-export", "hydrant.billing.export_usage", 60.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
     Periodic("files-purge", "hydrant.files.purge", 3600.0),
     # Starts batches no runner holds: a new one whose run was not enqueued, or one whose
@@ -59,6 +63,7 @@ JOB_TABLE = JobTable.of(
         *POOL_TASKS,
         *ADAPTER_TASKS,
         *INVOICE_TASKS,
+        *USAGE_EXPORT_TASKS,
     ),
     PERIODIC,
 )

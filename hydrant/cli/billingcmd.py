@@ -14,6 +14,7 @@ import click
 import msgspec
 
 from hydrant.cli.admin import _emit, _run, json_option
+from hydrant.cli.billingexport import billing_customer, billing_export
 from hydrant.cli.context import CliContext, pass_context
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ LINE_COLUMNS = ("description", "requests", "input_tokens", "cached_input_tokens"
 
 @click.group("billing")
 def billing() -> None:
-    """Billing: tenants' monthly invoices."""
+    """Billing: tenants' monthly invoices, usage export to a file, tenants' Stripe customers."""
 
 
 @billing.group("invoices")
@@ -137,3 +138,7 @@ def invoices_finalize(cli: CliContext, month: str | None, as_json: bool) -> None
     )
     for invoice_id in view.created:
         click.echo(invoice_id)
+
+
+billing.add_command(billing_export)
+billing.add_command(billing_customer)

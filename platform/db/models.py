@@ -398,3 +398,7 @@ from hydrant.platform.db.invoice_models import InvoiceCounter as InvoiceCounter 
 from hydrant.platform.db.invoice_models import InvoiceItem as InvoiceItem  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceLine as InvoiceLine  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceSend as InvoiceSend  # noqa: E402
+
+# --- Usage export (issue #26): the outbox and Stripe customers (export_models) ------------
+from hydrant.platform.db.export_models import BillingCustomer as BillingCustomer  # noqa: E402
+from hydrant.platform.db.export_models import UsageExportRecord as UsageExportRecord  # noqa: E402

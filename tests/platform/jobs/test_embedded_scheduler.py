@@ -71,6 +71,7 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         "hydrant.responses.purge",
         "hydrant.files.purge",
         "hydrant.batches.sweep",
+        "hydrant.billing.export_usage",
     }  # the gateway replays its own spool; the scheduler does not
     outbox = settings.effective_outbox_dir
 
