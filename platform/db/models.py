@@ -392,13 +392,13 @@ from hydrant.platform.db.credit_models import CreditApplication as CreditApplica
 from hydrant.platform.db.credit_models import CreditGrant as CreditGrant  # noqa: E402
 from hydrant.platform.db.credit_models import CreditSettlement as CreditSettlement  # noqa: E402
 
+# --- Usage export (issue #26): the outbox and Stripe customers (export_models) ------------
+from hydrant.platform.db.export_models import BillingCustomer as BillingCustomer  # noqa: E402
+from hydrant.platform.db.export_models import UsageExportRecord as UsageExportRecord  # noqa: E402
+
 # --- Monthly invoices (issue #26): invoices, lines, billed entries, counters (invoice_models)
 from hydrant.platform.db.invoice_models import Invoice as Invoice  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceCounter as InvoiceCounter  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceItem as InvoiceItem  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceLine as InvoiceLine  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceSend as InvoiceSend  # noqa: E402
-
-# --- Usage export (issue #26): the outbox and Stripe customers (export_models) ------------
-from hydrant.platform.db.export_models import BillingCustomer as BillingCustomer  # noqa: E402
-from hydrant.platform.db.export_models import UsageExportRecord as UsageExportRecord  # noqa: E402
