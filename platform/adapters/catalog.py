@@ -10,8 +10,6 @@ read before the change was committed.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import re
 from collections.abc import Iterable
@@ -21,6 +19,7 @@ from sqlalchemy import select
 
 from hydrant.engine.protocol import AdapterRef
 from hydrant.platform.db.adapter_models import Adapter
+from hydrant.platform.db.refreshed_copy import RefreshedCopy
 from hydrant.platform.db.session import Database
 from hydrant.platform.errors import InvalidRequest
 
@@ -62,13 +61,14 @@ class AdapterEntry:
         )
 
 
-class AdapterCatalog:
+class AdapterCatalog(RefreshedCopy):
+    copy_name = "adapter-catalog"
+
     def __init__(self, database: Database | None, refresh_s: float = 5.0) -> None:
         self.database = database
         self.refresh_s = max(0.1, refresh_s)
         self._entries: dict[tuple[str, str], AdapterEntry] = {}
         self._version = 0  # bumped by every local change (see the module's docstring)
-        self._task: asyncio.Task[None] | None = None
 
     # ---- what the request path asks ------------------------------------------------------
 
@@ -120,21 +120,5 @@ class AdapterCatalog:
             return  # changed here meanwhile: the next reload reads it committed
         self._entries = {(r.base_model, r.name): AdapterEntry.of(r) for r in rows}
 
-    def start(self) -> None:
-        if self._task is None and self.database is not None:
-            self._task = asyncio.create_task(self._loop(), name="adapter-catalog-refresh")
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.refresh_s)
-            try:
-                await self.refresh()
-            except Exception as exc:  # keep the last known adapters while the database is away
-                log.warning("adapter catalog refresh failed", extra={"error": type(exc).__name__})
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+    def _can_refresh(self) -> bool:
+        return self.database is not None

@@ -9,8 +9,6 @@ so admission can reserve a request's maximum cost without touching the database.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -21,6 +19,7 @@ from sqlalchemy import select
 from hydrant.platform.billing.pricing import Price as PriceValue
 from hydrant.platform.billing.pricing import batch_price
 from hydrant.platform.db.models import ModelDeployment, Price
+from hydrant.platform.db.refreshed_copy import RefreshedCopy
 from hydrant.platform.db.session import Database
 from hydrant.settings import ModelSpec
 
@@ -57,16 +56,17 @@ async def ensure_deployments(
                 log.info("default price set", extra={"model": spec.name})
 
 
-class PriceBook:
+class PriceBook(RefreshedCopy):
     """Prices in force now, by model name; `refresh()` reloads them from the database.
     Calling it gives a model's interactive price, `batch()` its Batch API price."""
+
+    copy_name = "price-book"
 
     def __init__(self, database: Database, refresh_s: float = 30.0) -> None:
         self.database = database
         self.refresh_s = refresh_s
         self._prices: dict[str, PriceValue] = {}
         self._batch_prices: dict[str, PriceValue] = {}
-        self._task: asyncio.Task[None] | None = None
 
     def __call__(self, model: str) -> PriceValue | None:
         return self._prices.get(model)
@@ -100,22 +100,3 @@ class PriceBook:
                 output_per_million=price.batch_output_per_mtok,
             )
         self._prices, self._batch_prices = prices, batch_prices
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="price-book-refresh")
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.refresh_s)
-            try:
-                await self.refresh()
-            except Exception as exc:  # keep the last known prices while the database is away
-                log.warning("price book refresh failed", extra={"error": type(exc).__name__})
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
