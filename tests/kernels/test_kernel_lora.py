@@ -9,10 +9,14 @@ fused projection), so the kernels must honour its row stride and leave the other
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from kernel_testing import REL_TOL, rel_error
 
+from hydrant.kernels.cpu import lora as cpu_lora
+from hydrant.kernels.cpu import native_decode
 from hydrant.kernels.cpu.backend import NATIVE
 from hydrant.kernels.errors import KernelArgumentError
 from hydrant.kernels.reference_backend import REFERENCE
@@ -162,3 +166,48 @@ def test_shape_errors_are_named(checked_row: KernelBackend, gen: torch.Generator
         row.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 2]), torch.tensor([0, 1]))
     with pytest.raises(KernelArgumentError, match="token_slots has 1"):
         row.lora_bgmv(y, x, a, b, scales, torch.tensor([0]))
+
+
+requires_native = pytest.mark.skipif(
+    not native_decode.available() and os.environ.get("CI") != "true",
+    reason="no C compiler here (in CI the kernels must build)",
+)
+
+
+@requires_native
+def test_cpu_row_runs_the_c_kernel_in_float32(
+    gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Float32 BGMV and SGMV take native_lora.c, not a PyTorch fallback (made to fail here)."""
+
+    def no_fallback(*args: object) -> None:
+        raise AssertionError("the cpu row fell back to PyTorch")
+
+    monkeypatch.setattr(cpu_lora, "_torch_bgmv", no_fallback)
+    monkeypatch.setattr(cpu_lora.reference, "lora_sgmv", no_fallback)
+    a, b, scales = _stack(gen, torch.float32)
+    slots = [3, -1, 0, 2]
+    x, y = torch.randn(4, K, generator=gen), torch.zeros(4, N)
+    NATIVE.lora_bgmv(y, x, a, b, scales, torch.tensor(slots, dtype=torch.int32))
+    assert rel_error(y, _dense(x, a, b, scales, slots)) < REL_TOL[torch.float32]
+    y2 = torch.zeros(4, N)
+    starts, seg_slots = torch.tensor([0, 1, 2, 3, 4]), torch.tensor(slots)
+    NATIVE.lora_sgmv(y2, x, a, b, scales, starts, seg_slots, 1)
+    assert rel_error(y2, y) < REL_TOL[torch.float32]
+
+
+@requires_native
+def test_cpu_row_reads_b_in_either_layout(gen: torch.Generator) -> None:
+    """B with its output dimension contiguous (the rank columns strided) gives the same deltas
+    as the stacks' layout: the kernel follows B's strides, rank-sliced views included."""
+    a, b, scales = _stack(gen, torch.float32)
+    b_out_major = b.transpose(1, 2).contiguous().transpose(1, 2)  # same values, [slots, N, R]
+    slots = torch.tensor([1, 3, -1, 0, 1], dtype=torch.int32)
+    x = torch.randn(5, K, generator=gen)
+    want = _dense(x, a, b, scales, slots.tolist())
+    for lora_b in (b, b_out_major):
+        for rank in (8, 64):  # every slot used here has a rank of at most 8
+            y = torch.zeros(5, N)
+            NATIVE.lora_bgmv(y, x, a[:, :rank], lora_b[:, :, :rank], scales, slots)
+            assert rel_error(y, want) < REL_TOL[torch.float32]
+            assert torch.equal(y[2], torch.zeros(N))
