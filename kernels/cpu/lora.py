@@ -101,6 +101,10 @@ def _weights(
 
 
 def _int32(index: torch.Tensor) -> torch.Tensor:
+    """The engine's index tensors as they are (int32, contiguous); others converted. A
+    no-op `.to` still costs microseconds, and a decode step makes 16 calls per layer."""
+    if index.dtype == torch.int32 and index.is_contiguous():
+        return index
     return index.to(torch.int32).contiguous()
 
 

@@ -152,22 +152,6 @@ static inline __attribute__((always_inline)) void attend_sequence(
 }
 
 #if defined(__AVX512F__)
-/* Lane i of the result is the sum of the 16 lanes of v[i]: 16 dot products finished at once. */
-static inline __m512 reduce16(const __m512 *v) {
-    __m512 r[8], t[4], u[2];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
-        t[i] = _mm512_add_ps(_mm512_shuffle_ps(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int i = 0; i < 2; i++)
-        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
-                         _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
-}
-
 /* Scores of every head for up to 16 tokens of one block: s[h * ctx + t] = scale * q_h . k_t. */
 static inline __attribute__((always_inline)) void score_tokens16(
     const float *restrict q, const float *restrict rows, int64_t token_stride, int n,

@@ -13,8 +13,9 @@
  *   A [slots, R, K]: slot s, rank row j at a + s*a_s + j*a_r
  *   B [slots, N, R]: slot s, output n, rank column j at b + s*b_s + n*b_n + j*b_r
  *   scales [slots]; a row of slot -1 is not touched (its bits stay).
- * B's rank columns contiguous (b_r == 1, the stacks' layout) take R-long dot products
- * per output; any other B strides take the output-major loop.
+ * B's rank columns contiguous (b_r == 1, the stacks' layout) take R-long dot products,
+ * 16 outputs at a time; outputs contiguous (b_n == 1) take broadcast multiply-adds, as
+ * does a prefill segment's B copied transposed (segment_b); other strides a plain loop.
  * Per row: mid = A[s] @ x (float32), delta = B[s] @ mid, y += delta * scale: the
  * reference's order of operations, so results differ from it only by summation order.
  */
@@ -25,23 +26,34 @@
 
 #include "native_simd.h"
 
-/* A dot product of a short vector (B's rank columns, R*P <= a few dozen): the AVX-512
- * path takes the tail in one masked step instead of one scalar step per element. */
 #if defined(__AVX512F__)
-static inline float dot_short(const float *restrict a, const float *restrict b, int n) {
-    __m512 acc = _mm512_setzero_ps();
+/*
+ * Lane u of the result is dot(v, rows + u * stride, len) for u < count (0 above): 16 dot
+ * products share the loads of `v` and one transposing reduction (reduce16), where one at
+ * a time would spend more on each reduction than on the multiplies (B's rows are only
+ * R*P long). The tail of `len` is one masked step.
+ */
+static inline __m512 dots16(
+    const float *restrict v, const float *restrict rows, int64_t stride, int count, int len) {
+    __m512 acc[16];
+    for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_ps();
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    if (i < n) {
-        const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1u);
-        acc = _mm512_fmadd_ps(
-            _mm512_maskz_loadu_ps(tail, a + i), _mm512_maskz_loadu_ps(tail, b + i), acc);
+    for (; i + 16 <= len; i += 16) {
+        const __m512 vv = _mm512_loadu_ps(v + i);
+        for (int u = 0; u < 16; u++)
+            if (u < count)
+                acc[u] = _mm512_fmadd_ps(vv, _mm512_loadu_ps(rows + u * stride + i), acc[u]);
     }
-    return _mm512_reduce_add_ps(acc);
+    if (i < len) {
+        const __mmask16 tail = (__mmask16)((1u << (len - i)) - 1u);
+        const __m512 vv = _mm512_maskz_loadu_ps(tail, v + i);
+        for (int u = 0; u < 16; u++)
+            if (u < count)
+                acc[u] = _mm512_fmadd_ps(
+                    vv, _mm512_maskz_loadu_ps(tail, rows + u * stride + i), acc[u]);
+    }
+    return reduce16(acc);
 }
-#else
-#define dot_short dot
 #endif
 
 typedef struct {
@@ -54,51 +66,119 @@ typedef struct {
     int k, n, r;
 } LoraArgs;
 
-static void lora_row(const LoraArgs *p, int64_t t, int slot, float *mid, float *acc) {
-    const float *x = p->x + t * p->x_t;
-    const float *a = p->a + slot * p->a_s;
-    const float *b = p->b + slot * p->b_s;
-    float *y = p->y + t * p->y_t;
-    for (int j = 0; j < p->r; j++) mid[j] = dot_short(x, a + j * p->a_r, p->k);
-    if (p->b_r == 1) {
-        for (int n = 0; n < p->n; n++) acc[n] = dot_short(mid, b + n * p->b_n, p->r);
+/* mid[j] = A[slot][j] . x for the R rank rows. */
+static inline void shrink(const LoraArgs *p, const float *x, const float *a, float *mid) {
+#if defined(__AVX512F__)
+    for (int j = 0; j < p->r; j += 16) {
+        const int count = p->r - j < 16 ? p->r - j : 16;
+        const __mmask16 lanes = (__mmask16)((1u << count) - 1u);
+        _mm512_mask_storeu_ps(mid + j, lanes, dots16(x, a + j * p->a_r, p->a_r, count, p->k));
+    }
+#else
+    for (int j = 0; j < p->r; j++) mid[j] = dot(x, a + j * p->a_r, p->k);
+#endif
+}
+
+/* y += (B @ mid) * scale, B's output n and rank column j at b + n*b_n + j*b_r. */
+static inline void expand(
+    const LoraArgs *p, const float *mid, const float *b, int64_t b_n, int64_t b_r, float scale,
+    float *y, float *acc) {
+#if defined(__AVX512F__)
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int n = 0; n < p->n; n += 16) {
+        const int count = p->n - n < 16 ? p->n - n : 16;
+        const __mmask16 lanes = (__mmask16)((1u << count) - 1u);
+        __m512 delta;
+        if (b_n == 1) { /* rank rows contiguous over outputs: broadcast mid[j], no reduction */
+            delta = _mm512_setzero_ps();
+            for (int j = 0; j < p->r; j++)
+                delta = _mm512_fmadd_ps(_mm512_set1_ps(mid[j]),
+                                        _mm512_maskz_loadu_ps(lanes, b + j * b_r + n), delta);
+        } else if (b_r == 1) {
+            delta = dots16(mid, b + n * b_n, b_n, count, p->r);
+        } else {
+            break;
+        }
+        const __m512 out = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, y + n),
+                                         _mm512_mul_ps(delta, vscale));
+        _mm512_mask_storeu_ps(y + n, lanes, out);
+    }
+    if (b_n == 1 || b_r == 1) return;
+#endif
+    if (b_r == 1) {
+        for (int n = 0; n < p->n; n++) acc[n] = dot(mid, b + n * b_n, p->r);
     } else {
         for (int n = 0; n < p->n; n++) acc[n] = 0.0f;
         for (int j = 0; j < p->r; j++) {
             const float m = mid[j];
-            const float *col = b + j * p->b_r;
-            for (int n = 0; n < p->n; n++) acc[n] += m * col[n * p->b_n];
+            const float *col = b + j * b_r;
+            for (int n = 0; n < p->n; n++) acc[n] += m * col[n * b_n];
         }
     }
-    const float scale = p->scales[slot];
 #pragma omp simd
     for (int n = 0; n < p->n; n++) y[n] += acc[n] * scale;
 }
 
-/* Rows [first, end) of one thread: `slot_of(t)` from token_slots or the segments. */
+static inline void lora_row(
+    const LoraArgs *p, int64_t t, int slot, const float *b, int64_t b_n, int64_t b_r, float *mid,
+    float *acc) {
+    shrink(p, p->x + t * p->x_t, p->a + slot * p->a_s, mid);
+    expand(p, mid, b, b_n, b_r, p->scales[slot], p->y + t * p->y_t, acc);
+}
+
+/*
+ * A prefill segment's rows share one adapter: with B in the stacks' layout (rank columns
+ * contiguous) and at least TRANSPOSE_ROWS rows, its B is copied once, transposed, into
+ * `bt` [R, N], so every row's expand is broadcast multiply-adds over contiguous outputs
+ * instead of R-long dot products (the copy is R*N floats, paid once per segment).
+ */
+enum { TRANSPOSE_ROWS = 4, MAX_TRANSPOSED = 1 << 20 };
+
+static const float *segment_b(
+    const LoraArgs *p, int slot, int64_t rows, float *bt, int64_t *b_n, int64_t *b_r) {
+    const float *b = p->b + slot * p->b_s;
+    *b_n = p->b_n;
+    *b_r = p->b_r;
+    if (bt == NULL || p->b_r != 1 || p->b_n == 1 || rows < TRANSPOSE_ROWS) return b;
+    for (int n = 0; n < p->n; n++)
+        for (int j = 0; j < p->r; j++) bt[(int64_t)j * p->n + n] = b[n * p->b_n + j];
+    *b_n = 1;
+    *b_r = p->n;
+    return bt;
+}
+
+/* Every row of the batch with an adapter: per row (token_slots) or per segment. */
 static int lora_rows(
     const LoraArgs *p, const int32_t *token_slots, const int32_t *seg_starts,
     const int32_t *seg_slots, int num_segments, int64_t rows, int num_threads) {
     int failed = 0;
+    const int64_t transposed = (int64_t)p->r * p->n;
+    const int use_bt = token_slots == NULL && transposed <= MAX_TRANSPOSED;
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1 && rows > 1)
     {
-        float *mid = malloc(sizeof(float) * (size_t)(p->r + p->n));
+        float *mid = malloc(sizeof(float) * (size_t)(p->r + p->n + (use_bt ? transposed : 0)));
         if (mid == NULL) {
 #pragma omp atomic write
             failed = 1;
         } else {
             float *acc = mid + p->r;
+            float *bt = use_bt ? acc + p->n : NULL;
             if (token_slots != NULL) {
 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < rows; t++)
-                    if (token_slots[t] >= 0) lora_row(p, t, token_slots[t], mid, acc);
+                    if (token_slots[t] >= 0)
+                        lora_row(p, t, token_slots[t], p->b + token_slots[t] * p->b_s, p->b_n,
+                                 p->b_r, mid, acc);
             } else {
                 for (int g = 0; g < num_segments; g++) {
                     const int slot = seg_slots[g];
-                    if (slot < 0) continue;
+                    const int64_t first = seg_starts[g], end = seg_starts[g + 1];
+                    if (slot < 0 || end <= first) continue;
+                    int64_t b_n, b_r;
+                    const float *b = segment_b(p, slot, end - first, bt, &b_n, &b_r);
 #pragma omp for schedule(static) nowait
-                    for (int64_t t = seg_starts[g]; t < seg_starts[g + 1]; t++)
-                        lora_row(p, t, slot, mid, acc);
+                    for (int64_t t = first; t < end; t++)
+                        lora_row(p, t, slot, b, b_n, b_r, mid, acc);
                 }
             }
             free(mid);

@@ -199,7 +199,8 @@ def test_cpu_row_runs_the_c_kernel_in_float32(
 @requires_native
 def test_cpu_row_reads_b_in_either_layout(gen: torch.Generator) -> None:
     """B with its output dimension contiguous (the rank columns strided) gives the same deltas
-    as the stacks' layout: the kernel follows B's strides, rank-sliced views included."""
+    as the stacks' layout: the kernel follows B's strides, rank-sliced views included, in
+    BGMV and in SGMV (whose segments of 4+ rows read a transposed copy of the stacks' B)."""
     a, b, scales = _stack(gen, torch.float32)
     b_out_major = b.transpose(1, 2).contiguous().transpose(1, 2)  # same values, [slots, N, R]
     slots = torch.tensor([1, 3, -1, 0, 1], dtype=torch.int32)
@@ -211,3 +212,7 @@ def test_cpu_row_reads_b_in_either_layout(gen: torch.Generator) -> None:
             NATIVE.lora_bgmv(y, x, a[:, :rank], lora_b[:, :, :rank], scales, slots)
             assert rel_error(y, want) < REL_TOL[torch.float32]
             assert torch.equal(y[2], torch.zeros(N))
+            y = torch.zeros(5, N)
+            starts, seg_slots = torch.tensor([0, 4, 5]), torch.tensor([1, 0])
+            NATIVE.lora_sgmv(y, x, a[:, :rank], lora_b[:, :, :rank], scales, starts, seg_slots)
+            assert rel_error(y, _dense(x, a, b, scales, [1, 1, 1, 1, 0])) < REL_TOL[torch.float32]
