@@ -216,3 +216,30 @@ def test_cpu_row_reads_b_in_either_layout(gen: torch.Generator) -> None:
             starts, seg_slots = torch.tensor([0, 4, 5]), torch.tensor([1, 0])
             NATIVE.lora_sgmv(y, x, a[:, :rank], lora_b[:, :, :rank], scales, starts, seg_slots)
             assert rel_error(y, _dense(x, a, b, scales, [1, 1, 1, 1, 0])) < REL_TOL[torch.float32]
+
+
+@requires_native
+def test_cpu_row_threads_split_rows_without_changing_a_bit(gen: torch.Generator) -> None:
+    """With several threads the C kernel splits rows (and segments' rows) among them; each row
+    is computed alone, so the result is bit for bit the one-thread result."""
+    a, b, scales = _stack(gen, torch.float32)
+    rows = 67
+    slots = torch.randint(-1, len(RANKS), (rows,), generator=gen, dtype=torch.int32)
+    starts, seg_slots = torch.tensor([0, 30, 31, 31, 67]), torch.tensor([2, 0, 1, 3])
+    x = torch.randn(rows, K, generator=gen)
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            y, y2 = torch.zeros(rows, N), torch.zeros(rows, N)
+            NATIVE.lora_bgmv(y, x, a, b, scales, slots)
+            NATIVE.lora_sgmv(y2, x, a, b, scales, starts, seg_slots)
+            results.append((y, y2))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+    assert (
+        rel_error(results[0][0], _dense(x, a, b, scales, slots.tolist())) < REL_TOL[torch.float32]
+    )
