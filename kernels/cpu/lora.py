@@ -12,8 +12,9 @@ four PyTorch calls per segment.
 Only float32 CPU tensors with contiguous last dimensions take the C path (the engine's
 float32 case); other dtypes, or a machine where the kernels did not build, run the
 PyTorch code below (the reference for SGMV), with the same results up to summation
-order. Like the other cpu ops, the arguments are the engine's and not re-validated: slot
-indices must be below the stacks' slot count (the reference backend checks them).
+order. Like the other cpu ops, the arguments are the engine's and shapes are not
+re-validated; the C kernel does refuse a slot index past the stacks (or a segment past
+the rows), which it would otherwise read out of bounds, before it adds anything.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from hydrant.kernels import reference
 from hydrant.kernels.cpu import native_decode
+from hydrant.kernels.errors import KernelArgumentError
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 # x, x_t, y, y_t, a, a_s, a_r, b, b_s, b_n, b_r, scales: what both entry points take first
@@ -50,12 +52,12 @@ def _native() -> ctypes.CDLL | None:
     library = native_decode.load()
     if library is None:
         return None
-    bgmv = library.hydrant_lora_bgmv_f32  # ..., token_slots, rows, k, n, r, num_threads
-    bgmv.argtypes = [*_COMMON, _P, _I64, _INT, _INT, _INT, _INT]
+    bgmv = library.hydrant_lora_bgmv_f32  # ..., token_slots, rows, slots, k, n, r, num_threads
+    bgmv.argtypes = [*_COMMON, _P, _I64, _INT, _INT, _INT, _INT, _INT]
     bgmv.restype = _INT
-    # ..., seg_starts, seg_slots, segments, rows, k, n, r, num_threads
+    # ..., seg_starts, seg_slots, segments, rows, slots, k, n, r, num_threads
     sgmv = library.hydrant_lora_sgmv_f32
-    sgmv.argtypes = [*_COMMON, _P, _P, _INT, _I64, _INT, _INT, _INT, _INT]
+    sgmv.argtypes = [*_COMMON, _P, _P, _INT, _I64, _INT, _INT, _INT, _INT, _INT]
     sgmv.restype = _INT
     return library
 
@@ -100,6 +102,13 @@ def _weights(
     ]
 
 
+def _check(status: int, what: str) -> None:
+    if status == -2:
+        raise KernelArgumentError(f"{what} outside the stacks (nothing was added)")
+    if status != 0:
+        raise MemoryError("the native LoRA kernel could not allocate its row buffers")
+
+
 def _int32(index: torch.Tensor) -> torch.Tensor:
     """The engine's index tensors as they are (int32, contiguous); others converted. A
     no-op `.to` still costs microseconds, and a decode step makes 16 calls per layer."""
@@ -129,13 +138,13 @@ def lora_bgmv(
         *_weights(y, x, lora_a, lora_b, scales),
         slots.data_ptr(),
         x.shape[0],
+        lora_a.shape[0],
         x.shape[1],
         y.shape[1],
         rank,
         torch.get_num_threads(),
     )
-    if status != 0:
-        raise MemoryError("the native LoRA kernel could not allocate its row buffers")
+    _check(status, "token_slots has a slot")
 
 
 def lora_sgmv(
@@ -162,13 +171,13 @@ def lora_sgmv(
         slots.data_ptr(),
         slots.shape[0],
         x.shape[0],
+        lora_a.shape[0],
         x.shape[1],
         y.shape[1],
         lora_a.shape[1],
         torch.get_num_threads(),
     )
-    if status != 0:
-        raise MemoryError("the native LoRA kernel could not allocate its row buffers")
+    _check(status, "seg_slots has a slot, or seg_starts a row,")
 
 
 def _torch_bgmv(

@@ -165,10 +165,11 @@ static int lora_rows(
             float *bt = use_bt ? acc + p->n : NULL;
             if (token_slots != NULL) {
 #pragma omp for schedule(static)
-                for (int64_t t = 0; t < rows; t++)
-                    if (token_slots[t] >= 0)
-                        lora_row(p, t, token_slots[t], p->b + token_slots[t] * p->b_s, p->b_n,
-                                 p->b_r, mid, acc);
+                for (int64_t t = 0; t < rows; t++) {
+                    const int slot = token_slots[t];
+                    if (slot >= 0)
+                        lora_row(p, t, slot, p->b + slot * p->b_s, p->b_n, p->b_r, mid, acc);
+                }
             } else {
                 for (int g = 0; g < num_segments; g++) {
                     const int slot = seg_slots[g];
@@ -187,20 +188,27 @@ static int lora_rows(
     return failed ? -1 : 0;
 }
 
+/* Returns 0, -1 when a buffer could not be allocated, -2 for a slot index >= num_slots. */
 int hydrant_lora_bgmv_f32(
     const float *x, int64_t x_t, float *y, int64_t y_t, const float *a, int64_t a_s,
     int64_t a_r, const float *b, int64_t b_s, int64_t b_n, int64_t b_r,
-    const float *scales, const int32_t *token_slots, int64_t rows, int k, int n, int r,
-    int num_threads) {
+    const float *scales, const int32_t *token_slots, int64_t rows, int num_slots, int k,
+    int n, int r, int num_threads) {
     const LoraArgs p = {x, y, a, b, scales, x_t, y_t, a_s, a_r, b_s, b_n, b_r, k, n, r};
+    for (int64_t t = 0; t < rows; t++)
+        if (token_slots[t] >= num_slots) return -2;
     return lora_rows(&p, token_slots, NULL, NULL, 0, rows, num_threads);
 }
 
+/* Returns 0, -1 when a buffer could not be allocated, -2 for a slot index >= num_slots or a
+ * segment outside the rows. */
 int hydrant_lora_sgmv_f32(
     const float *x, int64_t x_t, float *y, int64_t y_t, const float *a, int64_t a_s,
     int64_t a_r, const float *b, int64_t b_s, int64_t b_n, int64_t b_r,
     const float *scales, const int32_t *seg_starts, const int32_t *seg_slots,
-    int num_segments, int64_t rows, int k, int n, int r, int num_threads) {
+    int num_segments, int64_t rows, int num_slots, int k, int n, int r, int num_threads) {
     const LoraArgs p = {x, y, a, b, scales, x_t, y_t, a_s, a_r, b_s, b_n, b_r, k, n, r};
+    for (int g = 0; g < num_segments; g++)
+        if (seg_slots[g] >= num_slots || seg_starts[g] < 0 || seg_starts[g + 1] > rows) return -2;
     return lora_rows(&p, NULL, seg_starts, seg_slots, num_segments, rows, num_threads);
 }

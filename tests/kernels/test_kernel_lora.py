@@ -243,3 +243,18 @@ def test_cpu_row_threads_split_rows_without_changing_a_bit(gen: torch.Generator)
     assert (
         rel_error(results[0][0], _dense(x, a, b, scales, slots.tolist())) < REL_TOL[torch.float32]
     )
+
+
+@requires_native
+def test_cpu_row_refuses_a_slot_past_the_stacks(gen: torch.Generator) -> None:
+    """The C kernel would read past the stacks: it raises before adding anything."""
+    a, b, scales = _stack(gen, torch.float32)
+    x, y = torch.randn(3, K, generator=gen), torch.randn(3, N, generator=gen)
+    before = y.clone()
+    with pytest.raises(KernelArgumentError, match="token_slots has a slot outside"):
+        NATIVE.lora_bgmv(y, x, a, b, scales, torch.tensor([0, len(RANKS), 1], dtype=torch.int32))
+    with pytest.raises(KernelArgumentError, match="seg_slots has a slot"):
+        NATIVE.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 1, 3]), torch.tensor([0, 9]))
+    with pytest.raises(KernelArgumentError, match="seg_starts a row"):
+        NATIVE.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 1, 4]), torch.tensor([0, 1]))
+    assert torch.equal(y, before)
