@@ -15,7 +15,7 @@
  *   scales [slots]; a row of slot -1 is not touched (its bits stay).
  * B's rank columns contiguous (b_r == 1, the stacks' layout) take R-long dot products,
  * 16 outputs at a time; outputs contiguous (b_n == 1) take broadcast multiply-adds, as
- * does a prefill segment's B copied transposed (segment_b); other strides a plain loop.
+ * does a prefill segment's B copied transposed (transpose_b); other strides a plain loop.
  * Per row: mid = A[s] @ x (float32), delta = B[s] @ mid, y += delta * scale: the
  * reference's order of operations, so results differ from it only by summation order.
  */
@@ -119,32 +119,78 @@ static inline void expand(
     for (int n = 0; n < p->n; n++) y[n] += acc[n] * scale;
 }
 
-static inline void lora_row(
-    const LoraArgs *p, int64_t t, int slot, const float *b, int64_t b_n, int64_t b_r, float *mid,
-    float *acc) {
-    shrink(p, p->x + t * p->x_t, p->a + slot * p->a_s, mid);
-    expand(p, mid, b, b_n, b_r, p->scales[slot], p->y + t * p->y_t, acc);
-}
-
 /*
  * A prefill segment's rows share one adapter: with B in the stacks' layout (rank columns
  * contiguous) and at least TRANSPOSE_ROWS rows, its B is copied once, transposed, into
  * `bt` [R, N], so every row's expand is broadcast multiply-adds over contiguous outputs
- * instead of R-long dot products (the copy is R*N floats, paid once per segment).
+ * instead of R-long dot products. The copy also notes, per block of 16 outputs, which
+ * rank rows have a nonzero there: a fused projection's B is block-structured (part p's
+ * outputs read only its own rank columns; see engine/lora_slots.py) and ranks below the
+ * stacks' are zero-padded, so the expand skips what would only add zeros (q/k/v: two
+ * thirds of it). The copy is paid once per segment, the savings once per row.
  */
 enum { TRANSPOSE_ROWS = 4, MAX_TRANSPOSED = 1 << 20 };
 
-static const float *segment_b(
-    const LoraArgs *p, int slot, int64_t rows, float *bt, int64_t *b_n, int64_t *b_r) {
-    const float *b = p->b + slot * p->b_s;
-    *b_n = p->b_n;
-    *b_r = p->b_r;
-    if (bt == NULL || p->b_r != 1 || p->b_n == 1 || rows < TRANSPOSE_ROWS) return b;
-    for (int n = 0; n < p->n; n++)
-        for (int j = 0; j < p->r; j++) bt[(int64_t)j * p->n + n] = b[n * p->b_n + j];
-    *b_n = 1;
-    *b_r = p->n;
-    return bt;
+typedef struct {
+    float *bt;          /* [R, N] */
+    int32_t *rows_of;   /* [blocks, R]: the rank rows with a nonzero in each output block */
+    int32_t *count_of;  /* [blocks] */
+} Transposed;
+
+static void transpose_b(const LoraArgs *p, const float *b, const Transposed *tb) {
+    for (int n0 = 0, block = 0; n0 < p->n; n0 += 16, block++) {
+        const int end = p->n - n0 < 16 ? p->n : n0 + 16;
+        int count = 0;
+        for (int j = 0; j < p->r; j++) {
+            int nonzero = 0;
+            for (int n = n0; n < end; n++) {
+                const float v = b[n * p->b_n + j];
+                tb->bt[(int64_t)j * p->n + n] = v;
+                nonzero |= v != 0.0f;
+            }
+            if (nonzero) tb->rows_of[(int64_t)block * p->r + count++] = j;
+        }
+        tb->count_of[block] = count;
+    }
+}
+
+/* y += (B @ mid) * scale from the transposed B, rank rows that are zero in a block skipped. */
+static inline void expand_transposed(
+    const LoraArgs *p, const Transposed *tb, const float *mid, float scale, float *y) {
+    for (int n0 = 0, block = 0; n0 < p->n; n0 += 16, block++) {
+        const int count = p->n - n0 < 16 ? p->n - n0 : 16;
+        const int32_t *rows = tb->rows_of + (int64_t)block * p->r;
+#if defined(__AVX512F__)
+        const __mmask16 lanes = (__mmask16)((1u << count) - 1u);
+        __m512 delta = _mm512_setzero_ps();
+        for (int c = 0; c < tb->count_of[block]; c++)
+            delta = _mm512_fmadd_ps(
+                _mm512_set1_ps(mid[rows[c]]),
+                _mm512_maskz_loadu_ps(lanes, tb->bt + (int64_t)rows[c] * p->n + n0), delta);
+        const __m512 out = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, y + n0),
+                                         _mm512_mul_ps(delta, _mm512_set1_ps(scale)));
+        _mm512_mask_storeu_ps(y + n0, lanes, out);
+#else
+        float delta[16] = {0};
+        for (int c = 0; c < tb->count_of[block]; c++) {
+            const float m = mid[rows[c]];
+            const float *row = tb->bt + (int64_t)rows[c] * p->n + n0;
+            for (int u = 0; u < count; u++) delta[u] += m * row[u];
+        }
+        for (int u = 0; u < count; u++) y[n0 + u] += delta[u] * scale;
+#endif
+    }
+}
+
+/* One row: `tb` (a segment's transposed B) or else B in place, row `t` of slot `slot`. */
+static inline void lora_row(
+    const LoraArgs *p, int64_t t, int slot, const Transposed *tb, float *mid, float *acc) {
+    shrink(p, p->x + t * p->x_t, p->a + slot * p->a_s, mid);
+    if (tb != NULL)
+        expand_transposed(p, tb, mid, p->scales[slot], p->y + t * p->y_t);
+    else
+        expand(p, mid, p->b + slot * p->b_s, p->b_n, p->b_r, p->scales[slot],
+               p->y + t * p->y_t, acc);
 }
 
 /* Every row of the batch with an adapter: per row (token_slots) or per segment. */
@@ -152,38 +198,39 @@ static int lora_rows(
     const LoraArgs *p, const int32_t *token_slots, const int32_t *seg_starts,
     const int32_t *seg_slots, int num_segments, int64_t rows, int num_threads) {
     int failed = 0;
+    const int blocks = (p->n + 15) / 16;
     const int64_t transposed = (int64_t)p->r * p->n;
     const int use_bt = token_slots == NULL && transposed <= MAX_TRANSPOSED;
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1 && rows > 1)
     {
         float *mid = malloc(sizeof(float) * (size_t)(p->r + p->n + (use_bt ? transposed : 0)));
-        if (mid == NULL) {
+        int32_t *index = use_bt ? malloc(sizeof(int32_t) * (size_t)blocks * (p->r + 1)) : NULL;
+        if (mid == NULL || (use_bt && index == NULL)) {
 #pragma omp atomic write
             failed = 1;
         } else {
             float *acc = mid + p->r;
-            float *bt = use_bt ? acc + p->n : NULL;
+            const Transposed tb = {acc + p->n, index, index + (int64_t)blocks * p->r};
             if (token_slots != NULL) {
 #pragma omp for schedule(static)
-                for (int64_t t = 0; t < rows; t++) {
-                    const int slot = token_slots[t];
-                    if (slot >= 0)
-                        lora_row(p, t, slot, p->b + slot * p->b_s, p->b_n, p->b_r, mid, acc);
-                }
+                for (int64_t t = 0; t < rows; t++)
+                    if (token_slots[t] >= 0) lora_row(p, t, token_slots[t], NULL, mid, acc);
             } else {
                 for (int g = 0; g < num_segments; g++) {
                     const int slot = seg_slots[g];
                     const int64_t first = seg_starts[g], end = seg_starts[g + 1];
                     if (slot < 0 || end <= first) continue;
-                    int64_t b_n, b_r;
-                    const float *b = segment_b(p, slot, end - first, bt, &b_n, &b_r);
+                    const int copy = use_bt && p->b_r == 1 && p->b_n != 1 &&
+                                     end - first >= TRANSPOSE_ROWS;
+                    if (copy) transpose_b(p, p->b + slot * p->b_s, &tb);
 #pragma omp for schedule(static) nowait
                     for (int64_t t = first; t < end; t++)
-                        lora_row(p, t, slot, b, b_n, b_r, mid, acc);
+                        lora_row(p, t, slot, copy ? &tb : NULL, mid, acc);
                 }
             }
-            free(mid);
         }
+        free(mid);
+        free(index);
     }
     return failed ? -1 : 0;
 }

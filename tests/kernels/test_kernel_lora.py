@@ -258,3 +258,25 @@ def test_cpu_row_refuses_a_slot_past_the_stacks(gen: torch.Generator) -> None:
     with pytest.raises(KernelArgumentError, match="seg_starts a row"):
         NATIVE.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 1, 4]), torch.tensor([0, 1]))
     assert torch.equal(y, before)
+
+
+@requires_native
+def test_cpu_row_sgmv_over_a_fused_stack(gen: torch.Generator) -> None:
+    """A fused projection's B is block-structured (each part's outputs read only its own rank
+    columns) and the C kernel skips its zero blocks in prefill segments: the sums must
+    be those of the whole B, on output blocks that straddle the parts."""
+    rank, parts = 8, 2
+    a = torch.randn(3, rank * parts, K, generator=gen)
+    b = torch.randn(3, N, rank * parts, generator=gen)
+    b[:, :23, 1::2] = 0  # part 0: outputs 0..22 (blocks of 16 straddle the boundary)
+    b[:, 23:, 0::2] = 0  # part 1: outputs 23..39
+    scales = torch.tensor([0.5, 2.0, 1.0])
+    starts, seg_slots = [0, 6, 9, 20], [2, 0, 1]
+    x = torch.randn(starts[-1], K, generator=gen)
+    y = torch.randn(starts[-1], N, generator=gen)
+    want = y.double().clone()
+    for first, end, slot in zip(starts, starts[1:], seg_slots, strict=False):
+        mid = x[first:end].double() @ a[slot].double().t()
+        want[first:end] += scales[slot].double() * (mid @ b[slot].double().t())
+    NATIVE.lora_sgmv(y, x, a, b, scales, torch.tensor(starts), torch.tensor(seg_slots))
+    assert rel_error(y, want) < REL_TOL[torch.float32]
