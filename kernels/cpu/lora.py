@@ -4,10 +4,12 @@ A decode step calls BGMV once per fused projection per layer, on a few dozen row
 many adapters. In PyTorch that is a gather of every row's A and B (a [rows, R, K] and a
 [rows, N, R] copy) before two batched matmuls, and the copy costs more than the
 arithmetic: on the demo model with rank 8 on all seven projections and 48 rows of 32
-adapters, 0.6-0.9 ms a layer against 0.11 ms for the layer's own four linears. The C
-kernel (native_lora.c) reads each row's slot of the stacks where it lies: about 0.15 ms.
-Prefill chunks (SGMV) go to the same kernel segment by segment, in one call instead of
-four PyTorch calls per segment.
+adapters, 0.6 ms a layer (CPU time, one thread) against 0.11 ms for the layer's own four
+linears. The C kernel (native_lora.c) reads each row's slot of the stacks where it lies:
+0.13 ms. Prefill chunks (SGMV) go to the same kernel in one call (the reference makes
+four PyTorch calls per segment), through each segment's B transposed once, skipping the
+fused stacks' zero blocks: 1.2 ms a layer for 16 prompts of 1230 tokens, against 2.65 ms
+for the reference and 2.2 ms for the base linears.
 
 Only float32 CPU tensors with contiguous last dimensions take the C path (the engine's
 float32 case); other dtypes, or a machine where the kernels did not build, run the
