@@ -193,14 +193,20 @@ static inline void lora_row(
                p->y + t * p->y_t, acc);
 }
 
-/* Every row of the batch with an adapter: per row (token_slots) or per segment. */
+/*
+ * The rows of each segment, in order: positions seg_starts[g]..seg_starts[g + 1] of
+ * `order` (the rows themselves when NULL) share slot seg_slots[g]. SGMV's segments are
+ * the prefill chunks; BGMV's are its decode rows grouped by slot (hydrant_lora_bgmv_f32),
+ * so an adapter with several rows in the step, the popular one of skewed traffic, gets
+ * the transposed, zero-skipping expand too.
+ */
 static int lora_rows(
-    const LoraArgs *p, const int32_t *token_slots, const int32_t *seg_starts,
+    const LoraArgs *p, const int32_t *order, const int32_t *seg_starts,
     const int32_t *seg_slots, int num_segments, int64_t rows, int num_threads) {
     int failed = 0;
     const int blocks = (p->n + 15) / 16;
     const int64_t transposed = (int64_t)p->r * p->n;
-    const int use_bt = token_slots == NULL && transposed <= MAX_TRANSPOSED;
+    const int use_bt = transposed <= MAX_TRANSPOSED;
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1 && rows > 1)
     {
         float *mid = malloc(sizeof(float) * (size_t)(p->r + p->n + (use_bt ? transposed : 0)));
@@ -211,22 +217,16 @@ static int lora_rows(
         } else {
             float *acc = mid + p->r;
             const Transposed tb = {acc + p->n, index, index + (int64_t)blocks * p->r};
-            if (token_slots != NULL) {
-#pragma omp for schedule(static)
-                for (int64_t t = 0; t < rows; t++)
-                    if (token_slots[t] >= 0) lora_row(p, t, token_slots[t], NULL, mid, acc);
-            } else {
-                for (int g = 0; g < num_segments; g++) {
-                    const int slot = seg_slots[g];
-                    const int64_t first = seg_starts[g], end = seg_starts[g + 1];
-                    if (slot < 0 || end <= first) continue;
-                    const int copy = use_bt && p->b_r == 1 && p->b_n != 1 &&
-                                     end - first >= TRANSPOSE_ROWS;
-                    if (copy) transpose_b(p, p->b + slot * p->b_s, &tb);
+            for (int g = 0; g < num_segments; g++) {
+                const int slot = seg_slots[g];
+                const int64_t first = seg_starts[g], end = seg_starts[g + 1];
+                if (slot < 0 || end <= first) continue;
+                const int copy =
+                    use_bt && p->b_r == 1 && p->b_n != 1 && end - first >= TRANSPOSE_ROWS;
+                if (copy) transpose_b(p, p->b + slot * p->b_s, &tb);
 #pragma omp for schedule(static) nowait
-                    for (int64_t t = first; t < end; t++)
-                        lora_row(p, t, slot, copy ? &tb : NULL, mid, acc);
-                }
+                for (int64_t i = first; i < end; i++)
+                    lora_row(p, order != NULL ? order[i] : i, slot, copy ? &tb : NULL, mid, acc);
             }
         }
         free(mid);
@@ -244,7 +244,28 @@ int hydrant_lora_bgmv_f32(
     const LoraArgs p = {x, y, a, b, scales, x_t, y_t, a_s, a_r, b_s, b_n, b_r, k, n, r};
     for (int64_t t = 0; t < rows; t++)
         if (token_slots[t] >= num_slots) return -2;
-    return lora_rows(&p, token_slots, NULL, NULL, 0, rows, num_threads);
+    /* a counting sort of the rows with an adapter by slot: slot s is segment s */
+    int32_t *starts = calloc((size_t)num_slots + 1, sizeof(int32_t));
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)(num_slots > 0 ? num_slots : 1));
+    int32_t *order = malloc(sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
+    int status = -1;
+    if (starts != NULL && slots != NULL && order != NULL) {
+        for (int64_t t = 0; t < rows; t++)
+            if (token_slots[t] >= 0) starts[token_slots[t] + 1]++;
+        for (int s = 0; s < num_slots; s++) {
+            starts[s + 1] += starts[s];
+            slots[s] = s;
+        }
+        for (int64_t t = 0; t < rows; t++) /* starts[s] walks to the segment's end... */
+            if (token_slots[t] >= 0) order[starts[token_slots[t]]++] = (int32_t)t;
+        for (int s = num_slots; s > 0; s--) starts[s] = starts[s - 1]; /* ...and back */
+        starts[0] = 0;
+        status = lora_rows(&p, order, starts, slots, num_slots, rows, num_threads);
+    }
+    free(starts);
+    free(slots);
+    free(order);
+    return status;
 }
 
 /* Returns 0, -1 when a buffer could not be allocated, -2 for a slot index >= num_slots or a

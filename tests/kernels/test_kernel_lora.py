@@ -263,8 +263,9 @@ def test_cpu_row_refuses_a_slot_past_the_stacks(gen: torch.Generator) -> None:
 @requires_native
 def test_cpu_row_sgmv_over_a_fused_stack(gen: torch.Generator) -> None:
     """A fused projection's B is block-structured (each part's outputs read only its own rank
-    columns) and the C kernel skips its zero blocks in prefill segments: the sums must
-    be those of the whole B, on output blocks that straddle the parts."""
+    columns) and the C kernel skips its zero blocks for a slot with several rows (a prefill
+    segment, or decode rows of one adapter): the sums must be those of the whole B, on
+    output blocks that straddle the parts."""
     rank, parts = 8, 2
     a = torch.randn(3, rank * parts, K, generator=gen)
     b = torch.randn(3, N, rank * parts, generator=gen)
@@ -278,5 +279,12 @@ def test_cpu_row_sgmv_over_a_fused_stack(gen: torch.Generator) -> None:
     for first, end, slot in zip(starts, starts[1:], seg_slots, strict=False):
         mid = x[first:end].double() @ a[slot].double().t()
         want[first:end] += scales[slot].double() * (mid @ b[slot].double().t())
+    before = y.clone()
     NATIVE.lora_sgmv(y, x, a, b, scales, torch.tensor(starts), torch.tensor(seg_slots))
     assert rel_error(y, want) < REL_TOL[torch.float32]
+    # BGMV groups its rows by slot, so a slot with several rows takes the same path
+    per_row = torch.tensor([2] * 6 + [0] * 3 + [1] * 11, dtype=torch.int32)
+    shuffle = torch.randperm(len(per_row), generator=gen)
+    y = before[shuffle].clone()
+    NATIVE.lora_bgmv(y, x[shuffle], a, b, scales, per_row[shuffle])
+    assert rel_error(y, want[shuffle]) < REL_TOL[torch.float32]
