@@ -15,7 +15,9 @@
  *   scales [slots]; a row of slot -1 is not touched (its bits stay).
  * B's rank columns contiguous (b_r == 1, the stacks' layout) take R-long dot products,
  * 16 outputs at a time; outputs contiguous (b_n == 1) take broadcast multiply-adds, as
- * does a prefill segment's B copied transposed (transpose_b); other strides a plain loop.
+ * does the B of a slot with TRANSPOSE_ROWS rows or more (a prefill segment, or a decode
+ * step's rows of one adapter), copied transposed once (transpose_b); other strides a
+ * plain loop.
  * Per row: mid = A[s] @ x (float32), delta = B[s] @ mid, y += delta * scale: the
  * reference's order of operations, so results differ from it only by summation order.
  */
@@ -120,8 +122,9 @@ static inline void expand(
 }
 
 /*
- * A prefill segment's rows share one adapter: with B in the stacks' layout (rank columns
- * contiguous) and at least TRANSPOSE_ROWS rows, its B is copied once, transposed, into
+ * A segment's rows (a prefill chunk, or a decode step's rows of one slot) share one
+ * adapter: with B in the stacks' layout (rank columns contiguous) and at least
+ * TRANSPOSE_ROWS rows, its B is copied once, transposed, into
  * `bt` [R, N], so every row's expand is broadcast multiply-adds over contiguous outputs
  * instead of R-long dot products. The copy also notes, per block of 16 outputs, which
  * rank rows have a nonzero there: a fused projection's B is block-structured (part p's
@@ -182,7 +185,7 @@ static inline void expand_transposed(
     }
 }
 
-/* One row: `tb` (a segment's transposed B) or else B in place, row `t` of slot `slot`. */
+/* Row `t` of slot `slot`, through `tb` (its segment's transposed B) or B in place. */
 static inline void lora_row(
     const LoraArgs *p, int64_t t, int slot, const Transposed *tb, float *mid, float *acc) {
     shrink(p, p->x + t * p->x_t, p->a + slot * p->a_s, mid);
