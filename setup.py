@@ -33,6 +33,7 @@ setup(
     package_data={
         "": [
             "*.c",
+            "*.h",
             "*.txt",
             "*.html",
             "*.css",

@@ -14,8 +14,9 @@ Two variants, chosen once for the model's dtype (`cpu_backend`):
 Both run prefill as per-sequence SDPA and the elementwise ops of
 `elementwise.py`, none re-validating arguments per call. The int8 KV cache
 (`kv_int8`) and the weight-only matmuls have no faster CPU code: with scales,
-the KV ops are the reference's (checked, float32), as are W8A16/W4A16 and
-the LoRA SGMV; its BGMV (decode rows) is `lora.py`'s, fewer calls for the same result.
+the KV ops are the reference's (checked, float32), as are W8A16/W4A16. The
+LoRA BGMV and SGMV are `lora.py`'s: the C kernel of native_lora.c in float32,
+reading each row's adapter in place (PyTorch otherwise).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from collections.abc import Callable
 
 import torch
 
-from hydrant.kernels import reference
 from hydrant.kernels import reference_backend as checked
 from hydrant.kernels.cpu import attention, elementwise, linear, lora, native_decode
 from hydrant.kernels.errors import KernelBackendError
@@ -126,7 +126,7 @@ NATIVE = KernelBackend(
     w8a16_matmul=checked.w8a16_matmul,
     w4a16_matmul=checked.w4a16_matmul,
     lora_bgmv=lora.lora_bgmv,
-    lora_sgmv=reference.lora_sgmv,
+    lora_sgmv=lora.lora_sgmv,
     optimize_linears=linear.use_onednn_linears,
     linear_for=linear.linear_for,
 )

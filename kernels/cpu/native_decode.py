@@ -1,4 +1,5 @@
-"""The `cpu` backend's C kernel (native_decode.c): paged decode attention in place.
+"""The `cpu` backend's C kernels: paged decode attention in place (native_decode.c), and
+the library that holds them with the LoRA deltas (native_lora.c, called from lora.py).
 
 Why a C kernel on the CPU at all: the PyTorch decode path gathers every
 sequence's scattered blocks into a padded tensor before SDPA, so each step
@@ -34,6 +35,9 @@ from hydrant.kernels.cpu import attention
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("native_decode.c")
+# every C file of the library (compiled together) and the header they share (in the key)
+SOURCES = (SOURCE, SOURCE.with_name("native_lora.c"))
+HEADERS = (SOURCE.with_name("native_simd.h"),)
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11"]
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -63,7 +67,7 @@ def _compiler() -> str | None:
 
 
 def build(target_dir: Path | None = None) -> Path:
-    """Compile native_decode.c (if not cached) and return the shared library's path.
+    """Compile the C kernels (if not cached) and return the shared library's path.
 
     The build writes to a temporary file and renames it into place, so
     processes building at once never load a half-written library.
@@ -71,7 +75,7 @@ def build(target_dir: Path | None = None) -> Path:
     compiler = _compiler()
     if compiler is None:
         raise RuntimeError("no C compiler found (set CC or install gcc)")
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     key = hashlib.sha256(
         source + " ".join(CFLAGS).encode() + _cpu_flags().encode() + compiler.encode()
     ).hexdigest()[:16]
@@ -80,12 +84,12 @@ def build(target_dir: Path | None = None) -> Path:
     if library.exists():
         return library
     folder.mkdir(parents=True, exist_ok=True)
-    logger.info("compiling the CPU attention kernel into %s (once per machine)", folder)
+    logger.info("compiling the CPU kernels into %s (once per machine)", folder)
     with tempfile.NamedTemporaryFile(dir=folder, suffix=".so", delete=False) as tmp:
         partial = Path(tmp.name)
     try:
         subprocess.run(  # noqa: S603 - our own source, the compiler from PATH/CC
-            [compiler, *CFLAGS, str(SOURCE), "-o", str(partial), "-lm"],
+            [compiler, *CFLAGS, *map(str, SOURCES), "-o", str(partial), "-lm"],
             check=True,
             capture_output=True,
             text=True,
@@ -94,7 +98,9 @@ def build(target_dir: Path | None = None) -> Path:
         partial.replace(library)
     except subprocess.CalledProcessError as exc:
         partial.unlink(missing_ok=True)
-        raise RuntimeError(f"compiling {SOURCE.name} failed: {exc.stderr.strip()[-2000:]}") from exc
+        detail = exc.stderr.strip()[-2000:]
+        names = ", ".join(path.name for path in SOURCES)
+        raise RuntimeError(f"compiling {names} failed: {detail}") from exc
     except BaseException:
         partial.unlink(missing_ok=True)
         raise

@@ -9,6 +9,8 @@ relative error, and rounding alone stays near 1e-7.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,7 +113,7 @@ def test_a_failing_compiler_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CC", "false")  # exits 1 without output
-    with pytest.raises(RuntimeError, match=r"compiling native_decode\.c failed"):
+    with pytest.raises(RuntimeError, match=r"compiling native_decode\.c, native_lora\.c failed"):
         native_decode.build(tmp_path)
     assert not any(tmp_path.rglob("*.so"))
 
@@ -134,3 +136,21 @@ def test_onednn_linears_match_f_linear_and_keep_the_state_dict() -> None:
     assert list(model.state_dict()) == keys
     assert [p.data_ptr() for p in model.parameters()] == weights  # same tensors, not copies
     assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_c_sources_are_package_data(tmp_path: Path) -> None:
+    """An installed (non-editable) package compiles the kernels from its own copies: every
+    source and header the build reads must be package data, or the engine falls back."""
+    root = Path(__file__).resolve().parents[2]
+    # -P: the checkout's top-level `kernels/` must not shadow the `kernels` distribution
+    subprocess.run(
+        [sys.executable, "-P", "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    built = tmp_path / "hydrant" / "kernels" / "cpu"
+    needed = {path.name for path in (*native_decode.SOURCES, *native_decode.HEADERS)}
+    assert needed >= {"native_decode.c", "native_lora.c", "native_simd.h"}
+    assert needed <= {path.name for path in built.iterdir()}

@@ -9,10 +9,14 @@ fused projection), so the kernels must honour its row stride and leave the other
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from kernel_testing import REL_TOL, rel_error
 
+from hydrant.kernels.cpu import lora as cpu_lora
+from hydrant.kernels.cpu import native_decode
 from hydrant.kernels.cpu.backend import NATIVE
 from hydrant.kernels.errors import KernelArgumentError
 from hydrant.kernels.reference_backend import REFERENCE
@@ -162,3 +166,125 @@ def test_shape_errors_are_named(checked_row: KernelBackend, gen: torch.Generator
         row.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 2]), torch.tensor([0, 1]))
     with pytest.raises(KernelArgumentError, match="token_slots has 1"):
         row.lora_bgmv(y, x, a, b, scales, torch.tensor([0]))
+
+
+requires_native = pytest.mark.skipif(
+    not native_decode.available() and os.environ.get("CI") != "true",
+    reason="no C compiler here (in CI the kernels must build)",
+)
+
+
+@requires_native
+def test_cpu_row_runs_the_c_kernel_in_float32(
+    gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Float32 BGMV and SGMV take native_lora.c, not a PyTorch fallback (made to fail here)."""
+
+    def no_fallback(*args: object) -> None:
+        raise AssertionError("the cpu row fell back to PyTorch")
+
+    monkeypatch.setattr(cpu_lora, "_torch_bgmv", no_fallback)
+    monkeypatch.setattr(cpu_lora.reference, "lora_sgmv", no_fallback)
+    a, b, scales = _stack(gen, torch.float32)
+    slots = [3, -1, 0, 2]
+    x, y = torch.randn(4, K, generator=gen), torch.zeros(4, N)
+    NATIVE.lora_bgmv(y, x, a, b, scales, torch.tensor(slots, dtype=torch.int32))
+    assert rel_error(y, _dense(x, a, b, scales, slots)) < REL_TOL[torch.float32]
+    y2 = torch.zeros(4, N)
+    starts, seg_slots = torch.tensor([0, 1, 2, 3, 4]), torch.tensor(slots)
+    NATIVE.lora_sgmv(y2, x, a, b, scales, starts, seg_slots, 1)
+    assert rel_error(y2, y) < REL_TOL[torch.float32]
+
+
+@requires_native
+def test_cpu_row_reads_b_in_either_layout(gen: torch.Generator) -> None:
+    """B with its output dimension contiguous (the rank columns strided) gives the same deltas
+    as the stacks' layout: the kernel follows B's strides, rank-sliced views included, in
+    BGMV and in SGMV (whose segments of 4+ rows read a transposed copy of the stacks' B)."""
+    a, b, scales = _stack(gen, torch.float32)
+    b_out_major = b.transpose(1, 2).contiguous().transpose(1, 2)  # same values, [slots, N, R]
+    slots = torch.tensor([1, 3, -1, 0, 1], dtype=torch.int32)
+    x = torch.randn(5, K, generator=gen)
+    want = _dense(x, a, b, scales, slots.tolist())
+    for lora_b in (b, b_out_major):
+        for rank in (8, 64):  # every slot used here has a rank of at most 8
+            y = torch.zeros(5, N)
+            NATIVE.lora_bgmv(y, x, a[:, :rank], lora_b[:, :, :rank], scales, slots)
+            assert rel_error(y, want) < REL_TOL[torch.float32]
+            assert torch.equal(y[2], torch.zeros(N))
+            y = torch.zeros(5, N)
+            starts, seg_slots = torch.tensor([0, 4, 5]), torch.tensor([1, 0])
+            NATIVE.lora_sgmv(y, x, a[:, :rank], lora_b[:, :, :rank], scales, starts, seg_slots)
+            assert rel_error(y, _dense(x, a, b, scales, [1, 1, 1, 1, 0])) < REL_TOL[torch.float32]
+
+
+@requires_native
+def test_cpu_row_threads_split_rows_without_changing_a_bit(gen: torch.Generator) -> None:
+    """With several threads the C kernel splits rows (and segments' rows) among them; each row
+    is computed alone, so the result is bit for bit the one-thread result."""
+    a, b, scales = _stack(gen, torch.float32)
+    rows = 67
+    slots = torch.randint(-1, len(RANKS), (rows,), generator=gen, dtype=torch.int32)
+    starts, seg_slots = torch.tensor([0, 30, 31, 31, 67]), torch.tensor([2, 0, 1, 3])
+    x = torch.randn(rows, K, generator=gen)
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            y, y2 = torch.zeros(rows, N), torch.zeros(rows, N)
+            NATIVE.lora_bgmv(y, x, a, b, scales, slots)
+            NATIVE.lora_sgmv(y2, x, a, b, scales, starts, seg_slots)
+            results.append((y, y2))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+    assert (
+        rel_error(results[0][0], _dense(x, a, b, scales, slots.tolist())) < REL_TOL[torch.float32]
+    )
+
+
+@requires_native
+def test_cpu_row_refuses_a_slot_past_the_stacks(gen: torch.Generator) -> None:
+    """The C kernel would read past the stacks: it raises before adding anything."""
+    a, b, scales = _stack(gen, torch.float32)
+    x, y = torch.randn(3, K, generator=gen), torch.randn(3, N, generator=gen)
+    before = y.clone()
+    with pytest.raises(KernelArgumentError, match="token_slots has a slot outside"):
+        NATIVE.lora_bgmv(y, x, a, b, scales, torch.tensor([0, len(RANKS), 1], dtype=torch.int32))
+    with pytest.raises(KernelArgumentError, match="seg_slots has a slot"):
+        NATIVE.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 1, 3]), torch.tensor([0, 9]))
+    with pytest.raises(KernelArgumentError, match="seg_starts a row"):
+        NATIVE.lora_sgmv(y, x, a, b, scales, torch.tensor([0, 1, 4]), torch.tensor([0, 1]))
+    assert torch.equal(y, before)
+
+
+@requires_native
+def test_cpu_row_sgmv_over_a_fused_stack(gen: torch.Generator) -> None:
+    """A fused projection's B is block-structured (each part's outputs read only its own rank
+    columns) and the C kernel skips its zero blocks for a slot with several rows (a prefill
+    segment, or decode rows of one adapter): the sums must be those of the whole B, on
+    output blocks that straddle the parts."""
+    rank, parts = 8, 2
+    a = torch.randn(3, rank * parts, K, generator=gen)
+    b = torch.randn(3, N, rank * parts, generator=gen)
+    b[:, :23, 1::2] = 0  # part 0: outputs 0..22 (blocks of 16 straddle the boundary)
+    b[:, 23:, 0::2] = 0  # part 1: outputs 23..39
+    scales = torch.tensor([0.5, 2.0, 1.0])
+    starts, seg_slots = [0, 6, 9, 20], [2, 0, 1]
+    x = torch.randn(starts[-1], K, generator=gen)
+    y = torch.randn(starts[-1], N, generator=gen)
+    want = y.double().clone()
+    for first, end, slot in zip(starts, starts[1:], seg_slots, strict=False):
+        mid = x[first:end].double() @ a[slot].double().t()
+        want[first:end] += scales[slot].double() * (mid @ b[slot].double().t())
+    before = y.clone()
+    NATIVE.lora_sgmv(y, x, a, b, scales, torch.tensor(starts), torch.tensor(seg_slots))
+    assert rel_error(y, want) < REL_TOL[torch.float32]
+    # BGMV groups its rows by slot, so a slot with several rows takes the same path
+    per_row = torch.tensor([2] * 6 + [0] * 3 + [1] * 11, dtype=torch.int32)
+    shuffle = torch.randperm(len(per_row), generator=gen)
+    y = before[shuffle].clone()
+    NATIVE.lora_bgmv(y, x[shuffle], a, b, scales, per_row[shuffle])
+    assert rel_error(y, want[shuffle]) < REL_TOL[torch.float32]
