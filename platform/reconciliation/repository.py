@@ -10,6 +10,7 @@ from datetime import UTC, date, datetime
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.platform.billing.money import STORAGE_PLACES
@@ -70,13 +71,27 @@ async def record_states(session: AsyncSession, records: Sequence[WorkerRecord]) 
             .where(key, WorkerStateInterval.ended_at < seen)
             .values(ended_at=seen)
         )
-        # The state before this one lasted until this one began.
-        previous = (
-            select(func.max(WorkerStateInterval.started_at))
-            .where(
-                WorkerStateInterval.worker_id == record.worker_id,
-                WorkerStateInterval.started_at < since,
+        # A worker first seen past its start was loading from `started_at` (its first
+        # state, stamped at the same moment): a row that is already there stays as it is.
+        if record.started_at and _moment(record.started_at) < since:
+            await session.execute(
+                module.insert(_TABLE)
+                .values(
+                    worker_id=record.worker_id,
+                    model=record.model,
+                    device=record.device[:64],
+                    state="starting",
+                    started_at=_moment(record.started_at),
+                    ended_at=since,
+                )
+                .on_conflict_do_nothing(index_elements=["worker_id", "state", "started_at"])
             )
+        # The state before this one lasted until this one began: exactly, so a row that a
+        # late (older) record stretched too far is cut back to where this state began.
+        earlier = aliased(WorkerStateInterval)  # not correlated with the UPDATE's table
+        previous = (
+            select(func.max(earlier.started_at))
+            .where(earlier.worker_id == record.worker_id, earlier.started_at < since)
             .scalar_subquery()
         )
         await session.execute(
@@ -84,7 +99,7 @@ async def record_states(session: AsyncSession, records: Sequence[WorkerRecord]) 
             .where(
                 WorkerStateInterval.worker_id == record.worker_id,
                 WorkerStateInterval.started_at == previous,
-                WorkerStateInterval.ended_at < since,
+                WorkerStateInterval.ended_at != since,
             )
             .values(ended_at=since)
         )
