@@ -14,6 +14,7 @@ from hydrant.platform.reconciliation.identity import PoolDay, TenantLine, hours
 from hydrant.platform.reconciliation.service import DayReconciliation
 
 _HOURS = Decimal("0.000001")
+_MICROSECONDS = Decimal("0.000001")  # the timeline's resolution
 CSV_COLUMNS = (
     "record",
     "model",
@@ -62,7 +63,7 @@ class PoolRow(msgspec.Struct, frozen=True, kw_only=True):
     def of(cls, pool: PoolDay) -> PoolRow:
         return cls(
             model=pool.model,
-            held_seconds=pool.held_seconds,
+            held_seconds=pool.held_seconds.quantize(_MICROSECONDS),
             held_hours=_hours(pool.held_seconds),
             busy_hours=_hours(pool.busy_seconds),
             load_hours=_hours(pool.seconds["load"]),

@@ -20,7 +20,7 @@ from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import PoolReconciliation, ReconciliationLine
 from hydrant.platform.errors import InvalidRequest
 from hydrant.platform.reconciliation import repository
-from hydrant.platform.reconciliation.identity import PoolDay, TenantLine, reconcile_pool
+from hydrant.platform.reconciliation.identity import PoolDay, TenantLine, cents, reconcile_pool
 
 EARLIEST_DAY = date(2000, 1, 1)
 
@@ -129,6 +129,7 @@ def _line_row(day: date, model: str, line: TenantLine) -> ReconciliationLine:
 
 
 def _pool_day(row: PoolReconciliation, lines: list[ReconciliationLine]) -> PoolDay:
+    """A stored row as the live computation gives it (cents, as stored to 6 places)."""
     seconds = {
         "load": row.load_seconds,
         "ready": row.ready_seconds,
@@ -140,19 +141,19 @@ def _pool_day(row: PoolReconciliation, lines: list[ReconciliationLine]) -> PoolD
         price_per_hour=row.price_per_hour,
         seconds=seconds,
         busy_seconds=row.busy_seconds,
-        held_cost=row.held_cost,
-        request_cost=row.request_cost,
-        idle_cost=row.idle_cost,
-        load_cost=row.load_cost,
-        drain_cost=row.drain_cost,
-        asleep_cost=row.asleep_cost,
+        held_cost=cents(row.held_cost),
+        request_cost=cents(row.request_cost),
+        idle_cost=cents(row.idle_cost),
+        load_cost=cents(row.load_cost),
+        drain_cost=cents(row.drain_cost),
+        asleep_cost=cents(row.asleep_cost),
         lines=tuple(
             TenantLine(
                 tenant_id=x.tenant_id,
                 busy_seconds=x.busy_seconds,
-                revenue=x.revenue,
-                device_cost=x.device_cost,
-                idle_cost=x.idle_cost,
+                revenue=cents(x.revenue),
+                device_cost=cents(x.device_cost),
+                idle_cost=cents(x.idle_cost),
             )
             for x in lines
         ),
