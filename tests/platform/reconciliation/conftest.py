@@ -1,4 +1,4 @@
-"""The report factories (ledger rows) and the control plane helpers on sys.path."""
+"""The report factories (ledger rows), the control plane and web helpers on sys.path."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reports"))  # report_factories
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "auth"))  # control_plane_helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "web"))  # web_helpers
 
 from control_plane_helpers import ControlPlane, control_plane
 
