@@ -73,10 +73,11 @@ def test_a_days_reconciliation_of_a_real_run_balances(tmp_path: Path, demo_model
     assert pool["model"] == "demo" and pool["balances"] is True
     parts = ("request_cost", "idle_cost", "load_cost", "drain_cost", "asleep_cost")
     assert Decimal(pool["held_cost"]) == sum(Decimal(pool[p]) for p in parts)
-    # Held: the child's life from its start to the last heartbeat recorded (every 0.2 s
-    # of a heartbeat a second), and at $1 a second its cost is those seconds in cents.
+    # Held: the child's life from its start to the last heartbeat recorded (a heartbeat a
+    # second, sampled every 0.2 s; slack for a loaded machine), and at $1 a second its
+    # cost is those seconds in cents.
     held = Decimal(pool["held_seconds"])
-    assert Decimal(asked_at - started) - 3 < held <= Decimal(asked_at - started)
+    assert Decimal(asked_at - started) - 6 < held <= Decimal(asked_at - started)
     assert Decimal(pool["held_cost"]) == held.quantize(CENT)
     assert Decimal(pool["load_hours"]) > 0  # the child loaded its model first
     assert Decimal(pool["busy_hours"]) > 0 and Decimal(pool["idle_cost"]) > 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from control_plane_helpers import ControlPlane
-from test_reconciliation_api import PATH, seed
+from reconciliation_factories import PATH, seed
 from web_helpers import sign_in
 
 DAY = {"day": "2026-12-01"}
