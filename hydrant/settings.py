@@ -149,6 +149,8 @@ class Settings:
     price_cached_input_per_mtok: Decimal = Decimal("0.05")
     price_output_per_mtok: Decimal = Decimal("0.40")
     device_price_per_hour: Decimal = Decimal("1.00")
+    # Cost reconciliation: how often a gateway records its pools' worker states (0: never).
+    timeline_sample_s: float = 5.0
     long_lane_slots: int = 2
     long_lane_queue: int = 64
     spool_max_bytes: int = 256 * 1024 * 1024

@@ -58,6 +58,7 @@ from hydrant.platform.invoices.controllers import (
 from hydrant.platform.keys.controllers import AccountKeysController, KeyAdminController
 from hydrant.platform.metrics import bearer_token_guard, metrics_route
 from hydrant.platform.prices.controllers import PriceBookController
+from hydrant.platform.reconciliation.controllers import ReconciliationController
 from hydrant.platform.reports.controllers import CostReportController, UsageController
 from hydrant.platform.reports.organization_api import OrganizationUsageController
 from hydrant.platform.services import Services, build_services
@@ -102,6 +103,7 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         InvoiceFinalizeController,  # POST /admin/invoices/finalize?month=YYYY-MM
         BillingCustomerController,  # /admin/tenants/{id}/billing-customer (usage export)
         CostReportController,
+        ReconciliationController,  # /admin/reports/reconciliation?day=YYYY-MM-DD (issue #26)
         UsageController,
         OrganizationUsageController,  # OpenAI's /v1/organization usage and costs (admin keys)
         DigestAdminController,  # /admin/tenants/{id}/digest

@@ -15,6 +15,7 @@ from hydrant.platform.inference.responses.tasks import TASKS as RESPONSE_TASKS
 from hydrant.platform.invoices.tasks import TASKS as INVOICE_TASKS
 from hydrant.platform.jobs.registry import JobTable, Periodic
 from hydrant.platform.ledger.tasks import TASKS as LEDGER_TASKS
+from hydrant.platform.reconciliation.tasks import TASKS as RECONCILIATION_TASKS
 from hydrant.platform.reports.tasks import TASKS as REPORT_TASKS
 from hydrant.platform.usage_export.tasks import TASKS as USAGE_EXPORT_TASKS
 
@@ -36,6 +37,8 @@ PERIODIC: tuple[Periodic, ...] = (
     # Every minute: closed hours become records, and due records (new, retried after the
     # backoff, or left `sending` by a dead exporter) are delivered; off with no receiver.
     Periodic("usage-export", "hydrant.billing.export_usage", 60.0),
+    # Hourly, idempotent per day (reconciliation/tasks.py): yesterday and today's rows.
+    Periodic("cost-reconciliation", "hydrant.billing.reconcile", 3600.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
     Periodic("files-purge", "hydrant.files.purge", 3600.0),
     # Starts batches no runner holds: a new one whose run was not enqueued, or one whose
@@ -64,6 +67,7 @@ JOB_TABLE = JobTable.of(
         *ADAPTER_TASKS,
         *INVOICE_TASKS,
         *USAGE_EXPORT_TASKS,
+        *RECONCILIATION_TASKS,
     ),
     PERIODIC,
 )

@@ -62,6 +62,7 @@ from hydrant.platform.models.deployments import PriceBook, ensure_deployments
 from hydrant.platform.models.registry import ModelRegistry
 from hydrant.platform.quotas import GuardedQuotaBackend, InMemoryQuotaBackend, QuotaBackend
 from hydrant.platform.quotas.gate import QuotaGate
+from hydrant.platform.reconciliation.recorder import TimelineRecorder
 from hydrant.settings import ModelSpec, Settings
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,9 @@ class InferenceServices:
             registry, inference, abuse, responses, settings.default_max_tokens, adapters
         )
         lines = LineSealer(server_secret)
+        if pools is not None:  # the devices they hold, for the cost reconciliation
+            pools.timeline = TimelineRecorder(database)
+            pools.timeline_s = settings.timeline_sample_s
         return cls(
             settings=settings,
             database=database,

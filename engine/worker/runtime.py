@@ -78,6 +78,7 @@ class WorkerRuntime:
         self._lock = asyncio.Lock()
         self.started_at = time.time()
         self.idle_since = self.started_at
+        self.state_since = self.started_at
         self.on_change: Callable[[], None] = lambda: None
         self.drained = asyncio.Event()
 
@@ -108,12 +109,14 @@ class WorkerRuntime:
             stats=self.stats(),
             started_at=self.started_at,
             heartbeat_at=time.time(),
+            state_since=self.state_since,
         )
 
     def _set_state(self, state: WorkerState) -> None:
         if state != self.state:
             log.info("worker state", extra={"from": self.state, "to": state})
             self.state = state
+            self.state_since = time.time()
             self.on_change()
 
     # ---- load / unload ----------------------------------------------------------------------

@@ -53,6 +53,9 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
     stats: EngineStats | None = None
     started_at: float = 0.0
     heartbeat_at: float = 0.0
+    # Wall clock of its last state change (0: a worker from before this field). Every
+    # reader sees the same stamp, so cost timelines key intervals by it (reconciliation).
+    state_since: float = 0.0
 
     @property
     def revision(self) -> tuple[str, str | None]:

@@ -13,11 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from decimal import Decimal
 
-from hydrant.platform.billing.money import from_micro_units, require_money, to_micro_units
+from hydrant.platform.billing.money import (
+    MONEY_CONTEXT,
+    STORAGE_PLACES,
+    require_money,
+    round_money,
+)
 
 
-def split_exact(total: Decimal, weights: Sequence[int]) -> list[Decimal]:
-    """Shares of `round_money(total)` proportional to `weights`, summing to it exactly."""
+def split_exact(
+    total: Decimal, weights: Sequence[int], places: int = STORAGE_PLACES
+) -> list[Decimal]:
+    """Shares of `round_money(total, places)` proportional to `weights`, summing to it exactly
+    (in units of the last place: micro-units by default, cents for a report's figures)."""
     if require_money(total, "total") < 0:
         raise ValueError("total must not be negative")
     if not weights:
@@ -28,11 +36,11 @@ def split_exact(total: Decimal, weights: Sequence[int]) -> list[Decimal]:
     weight_sum = sum(weights)
     if weight_sum == 0:
         raise ValueError("at least one weight must be positive")
-    micros = to_micro_units(total)
+    micros = int(round_money(total, places).scaleb(places, context=MONEY_CONTEXT))
     base = [micros * w // weight_sum for w in weights]
     leftover = micros - sum(base)
     # Largest fractional remainder first; ties go to the earlier index (deterministic).
     order = sorted(range(len(weights)), key=lambda i: (-(micros * weights[i] % weight_sum), i))
     for index in order[:leftover]:
         base[index] += 1
-    return [from_micro_units(share) for share in base]
+    return [Decimal(share).scaleb(-places, context=MONEY_CONTEXT) for share in base]

@@ -402,3 +402,14 @@ from hydrant.platform.db.invoice_models import InvoiceCounter as InvoiceCounter 
 from hydrant.platform.db.invoice_models import InvoiceItem as InvoiceItem  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceLine as InvoiceLine  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceSend as InvoiceSend  # noqa: E402
+
+# --- Cost reconciliation (issue #26): worker timelines, daily rows (reconciliation_models)
+from hydrant.platform.db.reconciliation_models import (  # noqa: E402
+    PoolReconciliation as PoolReconciliation,
+)
+from hydrant.platform.db.reconciliation_models import (  # noqa: E402
+    ReconciliationLine as ReconciliationLine,
+)
+from hydrant.platform.db.reconciliation_models import (  # noqa: E402
+    WorkerStateInterval as WorkerStateInterval,
+)

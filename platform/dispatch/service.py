@@ -13,13 +13,16 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import redis.asyncio as aioredis
 
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.engine.worker.registration import RedisRegistryStore
+from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.directory import WorkerDirectory, WorkerSource
 from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
@@ -96,6 +99,12 @@ def pool_options(settings: Settings) -> PoolOptions:
     )
 
 
+class TimelineSink(Protocol):
+    """Where worker states go for the cost reconciliation (reconciliation/recorder.py)."""
+
+    async def record(self, records: Sequence[WorkerRecord]) -> int: ...
+
+
 @dataclass
 class PoolManager:
     directory: WorkerSource
@@ -113,6 +122,10 @@ class PoolManager:
     embedded: bool = False
     # Upstream pools' health checks: they register the members the registry poll then reads.
     monitors: list[UpstreamMonitor] = field(default_factory=list)
+    # Where the pools' worker states are recorded for the cost reconciliation (a
+    # `TimelineRecorder`), every `timeline_s`; None: not recorded.
+    timeline: TimelineSink | None = None
+    timeline_s: float = 5.0
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -145,6 +158,8 @@ class PoolManager:
                 await self.scaler.scale(pool.spec, self.start_workers)
         self._tasks.append(asyncio.create_task(self._poll_loop(), name="pool-registry-poll"))
         self._tasks.append(asyncio.create_task(self._idle_loop(), name="pool-idle"))
+        if self.timeline is not None and self.timeline_s > 0:
+            self._tasks.append(asyncio.create_task(self._timeline_loop(), name="pool-timeline"))
 
     async def refresh(self) -> None:
         for pool in self.pools.values():
@@ -158,6 +173,27 @@ class PoolManager:
                 log.warning("worker registry poll failed", extra={"error": type(exc).__name__})
                 await asyncio.sleep(1.0)
             await asyncio.sleep(self.poll_s)
+
+    async def _timeline_loop(self) -> None:
+        while True:
+            await self.record_timeline()
+            await asyncio.sleep(self.timeline_s)
+
+    async def record_timeline(self) -> None:
+        """Record the Hydrant pools' workers as the registry shows them now; a failure
+        (database or Redis away) is logged and the next sample stretches over the gap."""
+        if self.timeline is None:
+            return
+        try:
+            records = [
+                record
+                for pool in self.pools.values()
+                if pool.kind == "hydrant"
+                for record in await self.directory.workers(pool.model)
+            ]
+            await self.timeline.record(records)
+        except Exception as exc:
+            log.warning("worker timeline not recorded", extra={"error": type(exc).__name__})
 
     async def _idle_loop(self) -> None:
         while True:

@@ -20,6 +20,13 @@ from hydrant.platform.db.base import utcnow
 from hydrant.platform.errors import DomainError
 from hydrant.platform.prices.controllers import provide_price_service
 from hydrant.platform.prices.service import PriceService
+from hydrant.platform.reconciliation.deps import provide_reconciliation_service
+from hydrant.platform.reconciliation.schemas import (
+    ReconciliationView,
+    reconciliation_csv,
+)
+from hydrant.platform.reconciliation.schemas import download_name as reconciliation_file
+from hydrant.platform.reconciliation.service import ReconciliationService, parse_day
 from hydrant.platform.reports.controllers import provide_report_service
 from hydrant.platform.reports.csv_export import (
     CSV_MEDIA_TYPE,
@@ -83,6 +90,7 @@ class ReportPagesController(Controller):
         "reports": Provide(provide_report_service),
         "tenants": Provide(provide_tenant_service),
         "prices": Provide(provide_price_service),
+        "reconciliation": Provide(provide_reconciliation_service),
     }
 
     @get("/reports/costs")
@@ -92,11 +100,13 @@ class ReportPagesController(Controller):
         reports: NamedDependency[ReportService],
         tenants: NamedDependency[TenantService],
         prices: NamedDependency[PriceService],
+        reconciliation: NamedDependency[ReconciliationService],
         since: FromQuery[str] = "",
         until: FromQuery[str] = "",
         tenant_id: FromQuery[str] = "",
         model: FromQuery[str] = "",
         group_by: FromQuery[str] = "day",
+        day: FromQuery[str] = "",
     ) -> Response[str]:
         principal = page.admin()
         filters = Filters(since, until, tenant_id, model, group_by)
@@ -107,8 +117,13 @@ class ReportPagesController(Controller):
             "tenant_names": {t.id: t.name for t in tenant_rows},
             "model_names": sorted({m.name for m in model_rows}),
             "csv_params": filters.as_params(),
+            "reconciliation": None,
         }
         try:
+            # The day's reconciliation (UTC; today unless `day` names one) under the report.
+            context["reconciliation"] = ReconciliationView.of(
+                await reconciliation.report(parse_day(day or None, utcnow()))
+            )
             report = await reports.costs(principal, filters.query(tenant_scoped=False))
         except DomainError as exc:
             return page.render(
@@ -133,6 +148,27 @@ class ReportPagesController(Controller):
         query = Filters(since, until, tenant_id, model, group_by).query(tenant_scoped=False)
         report = await reports.costs(principal, query)
         return page.respond(_csv(cost_report_csv(report), "costs", report))
+
+    @get("/reports/reconciliation.csv")
+    async def reconciliation_csv(
+        self,
+        page: NamedDependency[Page],
+        reconciliation: NamedDependency[ReconciliationService],
+        day: FromQuery[str] = "",
+    ) -> Response[str]:
+        page.admin()
+        result = await reconciliation.report(parse_day(day or None, utcnow()))
+        name = reconciliation_file(result.day)
+        return page.respond(
+            Response(
+                reconciliation_csv(ReconciliationView.of(result)),
+                media_type=CSV_MEDIA_TYPE,
+                headers={
+                    "content-disposition": f'attachment; filename="{name}"',
+                    "cache-control": "no-store",
+                },
+            )
+        )
 
     @get("/tenants/{tenant_id:str}/usage")
     async def usage(

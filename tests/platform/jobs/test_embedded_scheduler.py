@@ -72,6 +72,7 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         "hydrant.files.purge",
         "hydrant.batches.sweep",
         "hydrant.billing.export_usage",
+        "hydrant.billing.reconcile",
     }  # the gateway replays its own spool; the scheduler does not
     outbox = settings.effective_outbox_dir
 

@@ -89,4 +89,5 @@ def test_celery_needs_redis_and_is_built_from_settings(tmp_path) -> None:  # typ
         "hydrant.files.purge",
         "hydrant.batches.sweep",
         "hydrant.billing.export_usage",
+        "hydrant.billing.reconcile",
     }
