@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from hydrant.engine.errors import EngineError, InvalidRequestError
@@ -58,7 +58,16 @@ class RequestStream:
     the request if it has not finished. One reader per stream.
     """
 
-    __slots__ = ("_closed", "_error", "_event", "_front", "_output", "finished", "request_id")
+    __slots__ = (
+        "_closed",
+        "_error",
+        "_event",
+        "_front",
+        "_output",
+        "finished",
+        "on_ready",
+        "request_id",
+    )
 
     def __init__(self, front: AsyncLLMEngine, request_id: str) -> None:
         self._front = front
@@ -68,16 +77,23 @@ class RequestStream:
         self._error: BaseException | None = None
         self._closed = False
         self.finished = False  # the reader has taken the final output (or the error)
+        # Called when output (or the error) arrives, for a reader that serves many streams
+        # and waits on one event of its own (a worker's step link) instead of on `next`.
+        self.on_ready: Callable[[], None] | None = None
 
     def put(self, output: RequestOutput) -> None:
         pending = self._output
         self._output = output if pending is None else merge_outputs(pending, output)
         self._event.set()
+        if self.on_ready is not None:
+            self.on_ready()
 
     def fail(self, error: BaseException) -> None:
         if self._error is None:
             self._error = error
             self._event.set()
+            if self.on_ready is not None:
+                self.on_ready()
 
     async def next(self, within_s: float | None = None) -> RequestOutput | None:
         """Everything produced since the last call, as one output; None when `within_s`
@@ -93,6 +109,11 @@ class RequestStream:
                     await self._event.wait()
                 finally:
                     timer.cancel()
+        return self.take()
+
+    def take(self) -> RequestOutput | None:
+        """What is waiting, without waiting: the merged output, None if nothing; raises the
+        request's error once its outputs are read."""
         output, self._output = self._output, None
         if output is not None:
             self.finished = output.finished
@@ -248,7 +269,9 @@ class AsyncLLMEngine:
         aborts, self._aborts = set(self._aborts), []
         new, self._new = self._new, []
         for request in new:
-            if request.request_id in aborts:
+            # Aborted before it was added: dropped if nobody reads it any more; else added
+            # and aborted below, so its reader still gets the final "abort" output.
+            if request.request_id in aborts and request.request_id not in self._streams:
                 aborts.discard(request.request_id)
                 continue
             try:

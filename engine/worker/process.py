@@ -127,6 +127,7 @@ async def serve_worker(
         log.info("worker draining", extra={"inflight": runtime.inflight})
         await runtime.drain()
     finally:
+        app.state.links.close()  # the held-open step streams end: the server can stop
         waiter.cancel()
         if watcher is not None:
             watcher.cancel()

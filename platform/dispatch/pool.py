@@ -456,7 +456,7 @@ class PoolClient:
         address = self._where.get(request_id)
         if address is not None:
             with contextlib.suppress(WorkerUnavailable):
-                await self.pool.http.call(address, "POST", f"/abort/{request_id}", timeout_s=5.0)
+                await self.pool.http.abort(address, request_id)
 
     def stats(self) -> EngineStats:
         return self.pool.stats()

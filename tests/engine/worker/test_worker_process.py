@@ -17,21 +17,20 @@ from pathlib import Path
 
 import httpx
 import jsonschema
-import msgspec
 import pytest
 import redis
 
+from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.protocol import GenerateChunk, GenerateRequest, Sampling
 from hydrant.engine.worker.wire import (
     SECRET_HEADER,
-    Frame,
-    FrameReader,
     WorkerRecord,
     pool_key,
     record_decoder,
     record_key,
 )
 from hydrant.platform.dispatch.directory import WorkerDirectory
+from hydrant.platform.dispatch.worker_http import WorkerHttp, WorkerUnavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -139,35 +138,39 @@ def shared_worker(
         _cleanup(w)
 
 
+STATUS = {"unauthorized": 401, "unavailable": 503}
+
+
+def run(address: str, request: GenerateRequest, secret: str = SECRET) -> list[GenerateChunk]:
+    """The request run as the gateway runs it: a link to the worker, an admission on it."""
+
+    async def chunks() -> list[GenerateChunk]:
+        http = WorkerHttp(secret)
+        try:
+            return [chunk async for chunk in http.generate(address, request)]
+        finally:
+            await http.aclose()
+
+    return asyncio.run(chunks())
+
+
 def generate(
     address: str, request: GenerateRequest, secret: str = SECRET
-) -> tuple[int, list[Frame]]:
-    frames: list[Frame] = []
-    with httpx.stream(
-        "POST",
-        f"{address}/generate",
-        content=msgspec.msgpack.encode(request),
-        headers={SECRET_HEADER: secret},
-        timeout=60,
-    ) as response:
-        if response.status_code != 200:
-            response.read()
-            return response.status_code, []
-        reader = FrameReader()
-        for data in response.iter_raw():
-            frames.extend(reader.feed(data))
-    return 200, frames
+) -> tuple[int, list[GenerateChunk]]:
+    """The request's chunks, and the status the worker's answer stands for."""
+    try:
+        return 200, run(address, request, secret)
+    except WorkerUnavailable as exc:
+        return STATUS[exc.reason], []
+    except InvalidRequestError:
+        return 400, []
 
 
 def refused_param(address: str, request: GenerateRequest) -> str:
     """The parameter a worker's 400 names for a request it refuses."""
-    response = httpx.post(
-        f"{address}/generate",
-        content=msgspec.msgpack.encode(request),
-        headers={SECRET_HEADER: SECRET},
-    )
-    assert response.status_code == 400, response.text
-    return str(response.json()["error"]["param"])
+    with pytest.raises(InvalidRequestError) as refused:
+        run(address, request)
+    return str(refused.value.param)
 
 
 def long_request(request_id: str, max_tokens: int = 300) -> GenerateRequest:
@@ -209,9 +212,8 @@ def test_every_route_but_healthz_needs_the_secret(shared_worker: Worker) -> None
 
 def test_generate_streams_chunks_and_refuses_a_bad_request_with_400(shared_worker: Worker) -> None:
     worker = shared_worker
-    status, frames = generate(worker.address, long_request("r1", 5))
+    status, chunks = generate(worker.address, long_request("r1", 5))
     assert status == 200
-    chunks = [f.chunk for f in frames if f.chunk is not None]
     assert all(isinstance(c, GenerateChunk) for c in chunks)
     assert chunks[-1].finished and chunks[-1].usage is not None
     assert (
@@ -240,9 +242,8 @@ def test_a_json_schema_crosses_the_wire_and_the_worker_enforces_it(
             max_tokens=40, temperature=1.0, n=2, seed=7, structured_output=("json", text)
         ),
     )
-    status, frames = generate(shared_worker.address, request)
+    status, chunks = generate(shared_worker.address, request)
     assert status == 200
-    chunks = [f.chunk for f in frames if f.chunk is not None]
     for index in (0, 1):
         deltas = [c for chunk in chunks for c in chunk.choices if c.index == index]
         assert deltas[-1].finish_reason == "stop"
@@ -262,9 +263,9 @@ def test_an_embedding_crosses_the_wire_whole(shared_worker: Worker) -> None:
     request = GenerateRequest(
         request_id="embed-1", prompt_token_ids=prompt, sampling=Sampling(max_tokens=0, embed=True)
     )
-    status, frames = generate(shared_worker.address, request)
+    status, chunks = generate(shared_worker.address, request)
     assert status == 200
-    (chunk,) = [f.chunk for f in frames if f.chunk is not None]
+    (chunk,) = chunks
     assert chunk.finished and chunk.embedding is not None and chunk.usage is not None
     assert chunk.usage.prompt_tokens == len(prompt) and chunk.usage.completion_tokens == 0
     assert abs(sum(v * v for v in chunk.embedding) - 1.0) < 1e-5
@@ -284,15 +285,15 @@ def test_unload_frees_the_engine_and_load_brings_it_back(shared_worker: Worker) 
     assert shared_worker.record().state == "unloaded"  # type: ignore[union-attr]
     loaded = httpx.post(f"{base}/load", headers=auth, json={}, timeout=120)
     assert loaded.status_code == 200 and loaded.json()["state"] == "ready"
-    status, frames = generate(base, long_request("u2", 3))
-    assert status == 200 and frames[-1].chunk is not None and frames[-1].chunk.finished
+    status, chunks = generate(base, long_request("u2", 3))
+    assert status == 200 and chunks[-1].finished
     missing = httpx.post(f"{base}/load", headers=auth, json={"path": "/nowhere"}, timeout=60)
     assert missing.status_code == 409  # a model is loaded: unload first
 
 
 def test_sigterm_finishes_running_requests_then_deregisters_and_exits_0(worker: Worker) -> None:
     address = worker.address
-    results: list[tuple[int, list[Frame]]] = []
+    results: list[tuple[int, list[GenerateChunk]]] = []
     thread = threading.Thread(
         target=lambda: results.append(generate(address, long_request("long")))
     )
@@ -311,8 +312,7 @@ def test_sigterm_finishes_running_requests_then_deregisters_and_exits_0(worker: 
     assert status == 503 or worker.process.poll() is not None
     thread.join(60)
     assert worker.process.wait(60) == 0
-    ((status, frames),) = results
-    chunks = [f.chunk for f in frames if f.chunk is not None]
+    ((status, chunks),) = results
     assert status == 200 and chunks[-1].finished
     assert chunks[-1].choices[0].finish_reason == "length"
     assert sum(len(c.choices[0].token_ids) for c in chunks) == 300
