@@ -1,4 +1,6 @@
-"""A real `hydrant worker` process on the real Redis: auth, streaming, drain, heartbeat expiry."""
+"""A real `hydrant worker` process on the real Redis: auth, streaming, drain, heartbeat expiry,
+and the gateway's link to it (`WorkerHttp`): requests sharing one step stream, two gateways,
+abort, reconnect, a worker killed mid-stream."""
 
 from __future__ import annotations
 
@@ -339,3 +341,157 @@ def test_a_worker_that_stops_heartbeating_leaves_the_registry_within_its_ttl(
     client = redis.Redis.from_url(worker.redis_url)
     assert client.zcard(pool_key(worker.prefix, "demo")) == 0  # the index was pruned too
     client.close()
+
+
+# ---- the gateway's link: one step stream per gateway and worker -----------------------------
+
+
+def prompt_request(request_id: str, start: int, max_tokens: int = 60) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=request_id,
+        prompt_token_ids=list(range(start, start + 40)),
+        sampling=Sampling(max_tokens=max_tokens, temperature=0, ignore_eos=True),
+    )
+
+
+def token_ids(chunks: list[GenerateChunk]) -> list[int]:
+    return [t for chunk in chunks for t in chunk.choices[0].token_ids]
+
+
+async def read(
+    http: WorkerHttp, address: str, request: GenerateRequest, pause_s: float = 0.0
+) -> list[GenerateChunk]:
+    chunks = []
+    async for chunk in http.generate(address, request):
+        chunks.append(chunk)
+        await asyncio.sleep(pause_s)  # a slow client: the gateway reads late
+    return chunks
+
+
+def test_requests_sharing_a_link_get_their_own_tokens_once_in_order_even_read_slowly(
+    shared_worker: Worker,
+) -> None:
+    address = shared_worker.address
+    requests = [prompt_request(f"s{i}", 10 + 7 * i) for i in range(3)]
+    alone = [token_ids(run(address, r)) for r in requests]
+    assert len({tuple(t) for t in alone}) == 3 and all(len(t) == 60 for t in alone)
+
+    async def together() -> tuple[list[list[GenerateChunk]], int, int]:
+        http = WorkerHttp(SECRET)
+        try:
+            pauses = (0.0, 0.05, 0.0)  # the middle one's client is slow
+            results = await asyncio.gather(
+                *(read(http, address, r, p) for r, p in zip(requests, pauses, strict=True))
+            )
+            return list(results), http.open_links(), http._steps.open_connections(address)
+        finally:
+            await http.aclose()
+
+    results, links, connections = asyncio.run(together())
+    assert (links, connections) == (1, 1)  # all three on one link, one connection
+    for chunks, expected, request in zip(results, alone, requests, strict=True):
+        assert token_ids(chunks) == expected  # as alone at temperature 0: once each, in order
+        assert chunks[-1].finished and not any(c.finished for c in chunks[:-1])
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 60
+        assert {c.request_id for c in chunks} == {request.request_id}
+    assert len(results[1]) < 30  # the slow reader got what piled up merged, not 60 events
+
+
+def test_two_gateways_with_the_same_request_id_on_one_worker_never_mix(
+    shared_worker: Worker,
+) -> None:
+    address = shared_worker.address
+    first, second = prompt_request("same", 10), prompt_request("same", 50)
+    alone = [token_ids(run(address, first)), token_ids(run(address, second))]
+
+    async def both() -> list[list[int]]:
+        gateways = [WorkerHttp(SECRET), WorkerHttp(SECRET)]
+        try:
+            results = await asyncio.gather(
+                read(gateways[0], address, first), read(gateways[1], address, second)
+            )
+            return [token_ids(chunks) for chunks in results]
+        finally:
+            for http in gateways:
+                await http.aclose()
+
+    assert asyncio.run(both()) == alone
+
+
+def test_a_client_that_leaves_aborts_its_request_and_the_other_runs_on(
+    shared_worker: Worker,
+) -> None:
+    address = shared_worker.address
+
+    async def scenario() -> tuple[list[GenerateChunk], int]:
+        http = WorkerHttp(SECRET)
+        try:
+            leaving = http.generate(address, prompt_request("leaves", 10, 300))
+            staying = asyncio.ensure_future(read(http, address, prompt_request("stays", 30, 300)))
+            await leaving.__anext__()
+            await leaving.aclose()  # the client disconnected: the gateway aborts it
+            inflight = 2
+            for _ in range(300):
+                inflight = (await http.call(address, "GET", "/stats"))["inflight"]
+                if inflight <= 1 or staying.done():
+                    break
+                await asyncio.sleep(0.01)
+            return await staying, inflight
+        finally:
+            await http.aclose()
+
+    chunks, inflight_after_abort = asyncio.run(scenario())
+    assert inflight_after_abort <= 1  # the one that left was aborted on the engine
+    assert len(token_ids(chunks)) == 300 and chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_a_gateway_that_reconnects_gets_a_fresh_link(shared_worker: Worker) -> None:
+    address = shared_worker.address
+
+    async def scenario() -> tuple[str, str, list[int]]:
+        http = WorkerHttp(SECRET)
+        try:
+            await read(http, address, prompt_request("one", 10, 3))
+            old = http._links[address]
+            await old.aclose()  # the connection is gone: the gateway forgets the link
+            chunks = await read(http, address, prompt_request("two", 10, 3))
+            return old.link_id, http._links[address].link_id, token_ids(chunks)
+        finally:
+            await http.aclose()
+
+    old_id, new_id, tokens = asyncio.run(scenario())
+    assert old_id != new_id and len(tokens) == 3
+
+
+def test_a_worker_killed_mid_stream_fails_every_request_on_its_link(worker: Worker) -> None:
+    address = worker.address
+
+    async def scenario() -> tuple[list[BaseException | list[GenerateChunk]], float, int]:
+        http = WorkerHttp(SECRET)
+        started = [asyncio.Event(), asyncio.Event()]
+
+        async def stream(i: int) -> list[GenerateChunk]:
+            chunks = []
+            async for chunk in http.generate(address, prompt_request(f"k{i}", 10 + 9 * i, 900)):
+                chunks.append(chunk)
+                started[i].set()
+            return chunks
+
+        try:
+            tasks = [asyncio.ensure_future(stream(i)) for i in range(2)]
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
+            worker.process.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+            return list(results), time.monotonic() - killed, http.open_links()
+        finally:
+            await http.aclose()
+
+    results, seconds, links = asyncio.run(scenario())
+    for result in results:
+        assert isinstance(result, WorkerUnavailable) and result.reason == "lost", result
+    assert seconds < 5  # at the connection's end, not at an idle timeout
+    assert links == 0  # forgotten: the next request opens a fresh link (or finds none)
+    with pytest.raises(WorkerUnavailable) as refused:
+        run(address, long_request("after", 2))
+    assert refused.value.reason == "connect"
