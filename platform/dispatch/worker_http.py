@@ -120,9 +120,9 @@ class WorkerHttp:
         try:
             try:
                 await self._post(self._admit, address, Admission(link.link_id, request))
-            except (InvalidRequestError, WorkerUnavailable):
-                settled = True
-                raise
+            except InvalidRequestError:
+                settled = True  # refused: nothing runs (an admission whose answer was lost
+                raise  # may have started, so other failures still send a cancel)
             while True:
                 entry = await feed.get()
                 if entry.error is not None:

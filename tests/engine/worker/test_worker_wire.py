@@ -1,4 +1,5 @@
-"""The worker's wire format: step frames (many requests each) survive any split, truncation and garbage are caught."""
+"""The worker's wire format: step frames (many requests each) survive any split, truncation
+and garbage are caught."""
 
 from __future__ import annotations
 
