@@ -629,7 +629,7 @@ async def test_aclose_closes_the_pooled_connections() -> None:
 async def test_a_slow_consumer_pauses_reading_above_a_mebibyte() -> None:
     body = b"x" * (8 * 1024 * 1024)
     async with RawServer(keep_alive_server(sized(200, body))) as server:
-        client = StreamClient("/generate", {}, idle_timeout_s=0.5)
+        client = StreamClient("/steps", {}, idle_timeout_s=0.5)
         try:
             response = await client.post(server.address, b"")
             await asyncio.sleep(0.2)  # the server writes all it can; the client stops reading
@@ -656,7 +656,7 @@ async def test_silence_while_the_consumer_waits_is_a_stream_silent() -> None:
         await asyncio.sleep(30)
 
     async with RawServer(handler) as server:
-        client = StreamClient("/generate", {}, idle_timeout_s=0.3)
+        client = StreamClient("/steps", {}, idle_timeout_s=0.3)
         try:
             response = await client.post(server.address, b"")
             await asyncio.sleep(0.5)  # busy consumer: not counted
@@ -731,7 +731,7 @@ async def _post_and_read(client: StreamClient, address: str) -> bytes:
 
 async def test_requests_over_the_cap_wait_for_a_connection_and_reuse_it() -> None:
     gate = asyncio.Event()
-    client = StreamClient("/generate", {}, max_connections_per_address=2)
+    client = StreamClient("/steps", {}, max_connections_per_address=2)
     try:
         async with RawServer(gated_server(gate)) as server:
             posts = [
@@ -771,7 +771,7 @@ async def test_a_request_waiting_past_the_pool_timeout_is_busy_and_the_worker_no
 
 async def test_a_connection_that_closes_frees_its_slot_for_a_waiter() -> None:
     gate = asyncio.Event()
-    client = StreamClient("/generate", {}, max_connections_per_address=1)
+    client = StreamClient("/steps", {}, max_connections_per_address=1)
     try:
         async with RawServer(gated_server(gate, close_after=True)) as server:
             posts = [
@@ -790,7 +790,7 @@ async def test_a_connection_that_closes_frees_its_slot_for_a_waiter() -> None:
 
 async def test_a_waiter_that_gives_up_loses_no_slot() -> None:
     gate = asyncio.Event()
-    client = StreamClient("/generate", {}, max_connections_per_address=1)
+    client = StreamClient("/steps", {}, max_connections_per_address=1)
     try:
         async with RawServer(gated_server(gate)) as server:
             first = asyncio.ensure_future(_post_and_read(client, server.address))
@@ -811,7 +811,7 @@ async def test_a_waiter_that_gives_up_loses_no_slot() -> None:
 
 
 async def test_a_refused_connection_frees_its_slot() -> None:
-    client = StreamClient("/generate", {}, max_connections_per_address=1, pool_timeout_s=0.2)
+    client = StreamClient("/steps", {}, max_connections_per_address=1, pool_timeout_s=0.2)
     try:
         address = f"http://127.0.0.1:{free_port()}"
         for _ in range(3):  # each attempt is refused, none waits for the slot of the last
