@@ -16,9 +16,10 @@ Each request has one slot, not a queue: outputs its reader has not taken yet
 are merged into one (`merge_outputs`), so the engine loop never waits for
 readers and a slow one (a slow HTTP client, a busy gateway) reads one output
 with everything new instead of a backlog of one per step. `open()` hands out
-the slot as a `RequestStream` whose `next(within_s)` waits with a deadline and
-no task of its own (the worker's keep-alive frames need that); `generate()`
-is the same as an async iterator.
+the slot as a `RequestStream`: `next()` waits for it, `take()` reads what is
+there without waiting, and `on_ready` tells a reader that serves many streams
+(a worker's link to a gateway) when to take; `generate()` is `next()` as an
+async iterator.
 
 Sleep mode: `sleep()` stops admitting work at once (new `generate()` calls
 raise `EngineSleepingError`), lets the requests already accepted finish, then
@@ -31,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from hydrant.engine.errors import EngineError, InvalidRequestError
@@ -58,7 +59,16 @@ class RequestStream:
     the request if it has not finished. One reader per stream.
     """
 
-    __slots__ = ("_closed", "_error", "_event", "_front", "_output", "finished", "request_id")
+    __slots__ = (
+        "_closed",
+        "_error",
+        "_event",
+        "_front",
+        "_output",
+        "finished",
+        "on_ready",
+        "request_id",
+    )
 
     def __init__(self, front: AsyncLLMEngine, request_id: str) -> None:
         self._front = front
@@ -68,31 +78,38 @@ class RequestStream:
         self._error: BaseException | None = None
         self._closed = False
         self.finished = False  # the reader has taken the final output (or the error)
+        # Called when output (or the error) arrives, for a reader that serves many streams
+        # and waits on one event of its own (a worker's step link) instead of on `next`.
+        self.on_ready: Callable[[], None] | None = None
 
     def put(self, output: RequestOutput) -> None:
         pending = self._output
         self._output = output if pending is None else merge_outputs(pending, output)
         self._event.set()
+        if self.on_ready is not None:
+            self.on_ready()
 
     def fail(self, error: BaseException) -> None:
         if self._error is None:
             self._error = error
             self._event.set()
+            if self.on_ready is not None:
+                self.on_ready()
 
-    async def next(self, within_s: float | None = None) -> RequestOutput | None:
-        """Everything produced since the last call, as one output; None when `within_s`
-        seconds passed without any (no task is made for the deadline: a timer wakes
-        the same wait). Raises the request's error once its outputs are read."""
-        if self._output is None and self._error is None:
-            self._event.clear()
-            if within_s is None:
+    async def next(self) -> RequestOutput:
+        """Everything produced since the last call, as one output (waits for some).
+        Raises the request's error once its outputs are read."""
+        while True:
+            if self._output is None and self._error is None:
+                self._event.clear()
                 await self._event.wait()
-            else:
-                timer = asyncio.get_running_loop().call_later(within_s, self._event.set)
-                try:
-                    await self._event.wait()
-                finally:
-                    timer.cancel()
+            output = self.take()
+            if output is not None:
+                return output
+
+    def take(self) -> RequestOutput | None:
+        """What is waiting, without waiting: the merged output, None if nothing; raises the
+        request's error once its outputs are read."""
         output, self._output = self._output, None
         if output is not None:
             self.finished = output.finished
@@ -100,7 +117,7 @@ class RequestStream:
         if self._error is not None:
             self.finished = True
             raise self._error
-        return None  # the deadline passed
+        return None
 
     def close(self) -> None:
         """Stop reading: an unfinished request is aborted (idempotent)."""
@@ -232,9 +249,7 @@ class AsyncLLMEngine:
         stream = await self.open(request)
         try:
             while not stream.finished:
-                output = await stream.next()
-                if output is not None:
-                    yield output
+                yield await stream.next()
         finally:
             stream.close()
 
@@ -256,7 +271,9 @@ class AsyncLLMEngine:
         aborts, self._aborts = set(self._aborts), []
         new, self._new = self._new, []
         for request in new:
-            if request.request_id in aborts:
+            # Aborted before it was added: dropped if nobody reads it any more; else added
+            # and aborted below, so its reader still gets the final "abort" output.
+            if request.request_id in aborts and request.request_id not in self._streams:
                 aborts.discard(request.request_id)
                 continue
             try:

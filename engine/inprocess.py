@@ -39,8 +39,9 @@ def to_request(request: GenerateRequest) -> Request:
     )
 
 
-def to_chunk(output: RequestOutput) -> GenerateChunk:
-    """One engine output → the wire chunk (deltas only, usage on the last)."""
+def to_chunk(output: RequestOutput, request_id: str | None = None) -> GenerateChunk:
+    """One engine output → the wire chunk (deltas only, usage on the last); `request_id`:
+    the caller's name for it, where the engine ran it under another (a worker's link)."""
     choices = []
     for choice in output.outputs:
         new = len(choice.new_token_ids)
@@ -76,7 +77,7 @@ def to_chunk(output: RequestOutput) -> GenerateChunk:
             for e in output.prompt_logprobs
         ]
     return GenerateChunk(
-        request_id=output.request_id,
+        request_id=output.request_id if request_id is None else request_id,
         choices=choices,
         finished=output.finished,
         usage=usage,

@@ -174,9 +174,9 @@ class Settings:
     worker_registry_dir: Path | None = None  # a worker registers here (files), not in Redis
     worker_advertise_host: str | None = None
     worker_advertise_port: int = 0  # 0: the port it listens on (else: behind a proxy/NAT)
-    worker_keepalive_s: float = 2.0  # empty frame on a silent generate stream
+    worker_keepalive_s: float = 2.0  # empty frame on a silent step stream (link)
     worker_stream_idle_timeout_s: float = 30.0  # gateway: silent this long = worker lost
-    worker_max_streams: int = 1024  # gateway: generate streams open to one worker at once
+    worker_max_streams: int = 1024  # gateway: admit/cancel calls open to one worker at once
     worker_heartbeat_s: float = 1.0
     worker_heartbeat_ttl_s: float = 5.0
     worker_drain_timeout_s: float = 30.0

@@ -5,22 +5,22 @@ Every route but `/healthz` needs the shared secret (`x-hydrant-worker-secret`, o
 worker runs a model on a device and takes requests in any tenant's name, so
 nothing but the gateway may reach it.
 
-`POST /generate` takes a msgpack `GenerateRequest` and answers a stream of
-length-prefixed msgpack frames (see `wire`). It waits for the first chunk
-before answering, so a request the engine refuses is a plain 400, and one the
-worker cannot take (asleep, draining) is a 503 the gateway retries elsewhere.
-A stream never stays silent longer than `keepalive_s`: while a request queues
-or prefills (before its first chunk, too: then the answer starts with
-keep-alive frames and a refusal comes as an error frame) an empty frame goes
-out every `keepalive_s`, so the gateway can treat a silent connection as dead
-(a worker cut off by the network) after a short idle timeout instead of
-waiting minutes for a long prefill that may be running.
+Generation runs over one link per gateway (see `step_link`): `POST /steps`
+(a msgpack `LinkOpening`) answers a stream of length-prefixed msgpack frames
+that stays open as long as the gateway keeps it, one frame per engine step
+with every new chunk and error of that gateway's requests, an empty one every
+`keepalive_s` when there is nothing to say, so the gateway can treat a silent
+link as dead (a worker cut off by the network) after a short idle timeout.
+`POST /admit` (an `Admission`) starts a request on a link and answers at
+once: a request the engine refuses is a plain 400, one the worker cannot take
+(asleep, draining) a 503 the gateway retries elsewhere; what the engine
+refuses later (while adding it) comes on the link as the request's error.
+`POST /cancel` (a `Cancellation`) aborts one of a link's requests.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -31,45 +31,32 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.response import Stream
 from prometheus_client import generate_latest
 
-from hydrant.engine.async_engine import EngineShutdownError, RequestStream
 from hydrant.engine.errors import EngineError, InvalidRequestError
-from hydrant.engine.inprocess import to_chunk
-from hydrant.engine.protocol import GenerateChunk, GenerateRequest
 from hydrant.engine.worker.runtime import WorkerRuntime, WorkerUnavailableError
+from hydrant.engine.worker.step_link import UNAVAILABLE, StepLinks
 from hydrant.engine.worker.wire import (
     FRAME_MEDIA_TYPE,
     SECRET_HEADER,
+    Admission,
+    Cancellation,
     ErrorBody,
     ErrorKind,
-    Frame,
+    LinkOpening,
     StreamError,
-    encode_frame,
     secret_matches,
 )
 
 log = logging.getLogger(__name__)
 
-_request_decoder = msgspec.msgpack.Decoder(GenerateRequest)
+_opening_decoder = msgspec.msgpack.Decoder(LinkOpening)
+_admission_decoder = msgspec.msgpack.Decoder(Admission)
+_cancellation_decoder = msgspec.msgpack.Decoder(Cancellation)
 _json = msgspec.json.Encoder()
 
 
 class LoadBody(msgspec.Struct, frozen=True, kw_only=True):
     path: str | None = None
     quantization: str | None = None
-
-
-def _unavailable_types() -> tuple[type[BaseException], ...]:
-    kinds: list[type[BaseException]] = [WorkerUnavailableError, EngineShutdownError]
-    try:  # the engine's sleep mode (raised by a sleeping engine)
-        from hydrant.engine.sleep_mode import EngineSleepingError
-
-        kinds.append(EngineSleepingError)
-    except ImportError:  # pragma: no cover - older engines
-        pass
-    return tuple(kinds)
-
-
-UNAVAILABLE = _unavailable_types()
 
 
 def _error(status: int, kind: ErrorKind, message: str, param: str | None = None) -> Response[bytes]:
@@ -82,6 +69,8 @@ def _json_response(payload: object, status: int = 200) -> Response[bytes]:
 
 
 def create_worker_app(runtime: WorkerRuntime) -> Litestar:
+    links = StepLinks(runtime)
+
     async def require_secret(
         connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
     ) -> None:
@@ -120,40 +109,46 @@ def create_worker_app(runtime: WorkerRuntime) -> Litestar:
             generate_latest(runtime.metrics_registry), media_type="text/plain; version=0.0.4"
         )
 
-    @post("/generate", guards=[require_secret], status_code=200)
-    async def generate(request: Request[Any, Any, Any]) -> Response[Any]:
+    @post("/steps", guards=[require_secret], status_code=200)
+    async def steps(request: Request[Any, Any, Any]) -> Response[Any]:
         try:
-            body = _request_decoder.decode(await request.body())
+            opening = _opening_decoder.decode(await request.body())
+            link = links.open(opening.link_id)
+        except msgspec.DecodeError as exc:
+            return _error(400, "invalid", f"malformed link request: {exc}")
+        except InvalidRequestError as exc:
+            return _error(409, "invalid", exc.message, exc.param)
+        return Stream(link.frames(), media_type=FRAME_MEDIA_TYPE)
+
+    @post("/admit", guards=[require_secret], status_code=200)
+    async def admit(request: Request[Any, Any, Any]) -> Response[bytes]:
+        try:
+            admission = _admission_decoder.decode(await request.body())
         except msgspec.DecodeError as exc:
             return _error(400, "invalid", f"malformed generate request: {exc}")
-        runtime.enter()
-        handed_off = False
-        stream: RequestStream | None = None
+        link = links.get(admission.link_id)
+        if link is None:
+            return _error(503, "unavailable", "no such link: the gateway must open a new one")
         try:
-            stream = await runtime.open(body)
-            output = await stream.next(runtime.options.keepalive_s)  # raises a refusal
-            first = None if output is None else to_chunk(output)
-            if first is not None and _given_back(runtime, first):
-                return _error(503, "unavailable", "the worker drained before running the request")
-            # None: queued or prefilling; answer now, keep-alive frames until it starts.
-            handed_off = True
-            return Stream(_frames(runtime, stream, first), media_type=FRAME_MEDIA_TYPE)
+            await link.admit(admission.request)
         except InvalidRequestError as exc:
             return _error(400, "invalid", exc.message, exc.param)
         except UNAVAILABLE as exc:
             return _error(503, "unavailable", str(exc) or "the worker is not taking requests")
         except EngineError as exc:
             return _error(500, "failed", str(exc))
-        finally:
-            if not handed_off:  # answered here, or the gateway went away while we waited
-                if stream is not None:
-                    stream.close()
-                runtime.leave()
+        return Response(b"", media_type="application/json")
 
-    @post("/abort/{request_id:str}", guards=[require_secret], status_code=200)
-    async def abort(request_id: str) -> Response[bytes]:
-        await runtime.abort(request_id)
-        return _json_response({"aborted": request_id})
+    @post("/cancel", guards=[require_secret], status_code=200)
+    async def cancel(request: Request[Any, Any, Any]) -> Response[bytes]:
+        try:
+            cancellation = _cancellation_decoder.decode(await request.body())
+        except msgspec.DecodeError as exc:
+            return _error(400, "invalid", f"malformed cancel request: {exc}")
+        link = links.get(cancellation.link_id)
+        if link is not None:
+            await link.abort(cancellation.request_id)
+        return Response(b"", media_type="application/json")
 
     @post("/sleep", guards=[require_secret], status_code=200)
     async def sleep() -> Response[bytes]:
@@ -205,8 +200,9 @@ def create_worker_app(runtime: WorkerRuntime) -> Litestar:
             info,
             stats,
             metrics,
-            generate,
-            abort,
+            steps,
+            admit,
+            cancel,
             sleep,
             wake,
             load,
@@ -218,64 +214,5 @@ def create_worker_app(runtime: WorkerRuntime) -> Litestar:
         request_max_body_size=64 * 1024 * 1024,
     )
     app.state.request_drain = lambda: None
+    app.state.links = links
     return app
-
-
-def _given_back(runtime: WorkerRuntime, first: GenerateChunk) -> bool:
-    """A request a draining worker aborted before it ran: nothing was produced, so retry it."""
-    produced = any(c.token_ids for c in first.choices)
-    reasons = {c.finish_reason for c in first.choices}
-    return runtime.state == "draining" and first.finished and not produced and reasons == {"abort"}
-
-
-KEEPALIVE_FRAME = encode_frame(Frame())  # no chunk, no error: the gateway skips it
-
-
-def _error_frame(exc: Exception, started: bool) -> bytes:
-    """The frame that ends a stream whose request failed after the answer began."""
-    if isinstance(exc, InvalidRequestError):
-        kind: ErrorKind = "failed" if started else "invalid"  # refused at the start
-        return encode_frame(
-            Frame(error=StreamError(kind=kind, message=exc.message, param=exc.param))
-        )
-    if isinstance(exc, UNAVAILABLE):
-        message = str(exc) or "the worker stopped"
-        return encode_frame(Frame(error=StreamError(kind="unavailable", message=message)))
-    log.error("generation failed in the worker", exc_info=exc)
-    return encode_frame(Frame(error=StreamError(kind="failed", message=type(exc).__name__)))
-
-
-async def _frames(
-    runtime: WorkerRuntime, stream: RequestStream, first: GenerateChunk | None
-) -> AsyncIterator[bytes]:
-    """The request's frames, with a keep-alive frame whenever none came for `keepalive_s`.
-
-    One wait per frame, on the request's stream with a deadline: what the engine
-    produced while the previous frame was being written is merged into the next.
-    """
-    chunk = first
-    started = False
-    keepalive_s = runtime.options.keepalive_s
-    try:
-        while True:
-            if chunk is None:
-                yield KEEPALIVE_FRAME
-            else:
-                if not started and _given_back(runtime, chunk):
-                    message = "the worker drained before running the request"
-                    error = StreamError(kind="unavailable", message=message)
-                    yield encode_frame(Frame(error=error))
-                    return
-                started = True
-                yield encode_frame(Frame(chunk=chunk))
-                if chunk.finished:
-                    return
-            try:
-                output = await stream.next(keepalive_s)
-            except Exception as exc:
-                yield _error_frame(exc, started)
-                return
-            chunk = None if output is None else to_chunk(output)
-    finally:
-        stream.close()  # aborts an unfinished request
-        runtime.leave()

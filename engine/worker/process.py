@@ -127,6 +127,7 @@ async def serve_worker(
         log.info("worker draining", extra={"inflight": runtime.inflight})
         await runtime.drain()
     finally:
+        app.state.links.close()  # the held-open step streams end: the server can stop
         waiter.cancel()
         if watcher is not None:
             watcher.cancel()
@@ -162,7 +163,7 @@ def switch_interval_s(environ: Mapping[str, str] = os.environ) -> float:
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's loop where it imports (a runtime dependency off Windows), else None
-    (asyncio's): a worker writes a frame per request per step, event-loop work that
+    (asyncio's): a worker writes a frame per gateway per step, event-loop work that
     libuv's loop does with less CPU, beside the engine thread that needs the GIL."""
     try:
         import uvloop

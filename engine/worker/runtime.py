@@ -53,7 +53,7 @@ class WorkerOptions:
     advertise_host: str | None = None
     advertise_port: int = 0  # 0: the bound port; else the port a proxy or NAT forwards
     drain_timeout_s: float = 30.0
-    keepalive_s: float = 2.0  # a silent generate stream sends an empty frame this often
+    keepalive_s: float = 2.0  # a silent step stream (link) sends an empty frame this often
 
 
 class WorkerUnavailableError(Exception):

@@ -2,12 +2,16 @@
 
 Like `hydrant.engine.protocol`, this module is data only, so the platform may
 import it: the Redis record a worker heartbeats, the key names of the worker
-registry, the framing of a streamed generate response, and the secret check.
+registry, the bodies of the link calls and the framing of a step stream, and
+the secret check.
 
-A generate response is a sequence of frames, each a 4-byte big-endian length
-followed by a msgpack-encoded `Frame`. Length-prefixed binary frames cannot be
-confused by text that contains newlines, and a truncated stream (a worker that
-died) is detected as a short read instead of being parsed as a shorter answer.
+A gateway's step stream (`POST /steps`, one per gateway and worker) is a
+sequence of frames, each a 4-byte big-endian length followed by a
+msgpack-encoded `Frame`: per engine step, one `Entry` for each of that
+gateway's requests that has something new (chunk or error); no entry at all
+is a keep-alive. Length-prefixed binary frames cannot be confused by text that
+contains newlines, and a truncated stream (a worker that died) is detected as
+a short read instead of being parsed as a shorter answer.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Literal
 
 import msgspec
 
-from hydrant.engine.protocol import EngineStats, GenerateChunk
+from hydrant.engine.protocol import EngineStats, GenerateChunk, GenerateRequest
 
 WorkerState = Literal["starting", "ready", "sleeping", "draining", "unloaded"]
 WORKER_STATES: tuple[WorkerState, ...] = ("starting", "ready", "sleeping", "draining", "unloaded")
@@ -76,9 +80,38 @@ class StreamError(msgspec.Struct, frozen=True, kw_only=True):
     param: str | None = None
 
 
-class Frame(msgspec.Struct, frozen=True, kw_only=True):
+class Entry(msgspec.Struct, frozen=True, kw_only=True):
+    """One request's part of a frame: its new chunk, or the error that ends it."""
+
+    request_id: str
     chunk: GenerateChunk | None = None
     error: StreamError | None = None
+
+
+class Frame(msgspec.Struct, frozen=True, kw_only=True):
+    """What one engine step produced for one gateway's requests on the worker."""
+
+    entries: list[Entry] = []
+
+
+class LinkOpening(msgspec.Struct, frozen=True, array_like=True):
+    """`POST /steps`: the link's id, made afresh by the gateway for each connection."""
+
+    link_id: str
+
+
+class Admission(msgspec.Struct, frozen=True, array_like=True):
+    """`POST /admit`: start the request; its output comes on the link."""
+
+    link_id: str
+    request: GenerateRequest
+
+
+class Cancellation(msgspec.Struct, frozen=True, array_like=True):
+    """`POST /cancel`: the gateway gave up on one of its link's requests."""
+
+    link_id: str
+    request_id: str
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +129,9 @@ _frame_decoder = msgspec.msgpack.Decoder(Frame)
 def encode_frame(frame: Frame) -> bytes:
     payload = _encoder.encode(frame)
     return _HEADER.pack(len(payload)) + payload
+
+
+KEEPALIVE_FRAME = encode_frame(Frame())  # no entries: only says the link is alive
 
 
 class FrameError(ValueError):

@@ -496,7 +496,8 @@ class PoolClient:
     async def abort(self, request_id: str) -> None:
         address = self._where.get(request_id)
         if address is not None:
-            await self.pool.http.abort(address, request_id)
+            with contextlib.suppress(WorkerUnavailable):
+                await self.pool.http.abort(address, request_id)
 
     def stats(self) -> EngineStats:
         return self.pool.stats()

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client for one hot path: the gateway's generate stream to a worker.
+"""A lean HTTP/1.1 client for one hot path: the gateway's step streams and calls to workers.
 
 httpx (with httpcore, h11, anyio and sniffio under it) cost the gateway about
 2 ms of CPU per streamed request, most of its event loop's time. This client

@@ -9,13 +9,14 @@ second run finds nothing to do and leaves the sleeping worker as it is.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 import redis
 from worker_stack import SECRET, pool_env, redis_prefix, wait_until, worker_processes
@@ -30,6 +31,7 @@ from hydrant.engine.worker.wire import (
 )
 from hydrant.platform.db.session import Database
 from hydrant.platform.dispatch.tasks import REAP
+from hydrant.platform.dispatch.worker_http import WorkerHttp
 from hydrant.platform.job_table import JOB_TABLE, PERIODIC
 from hydrant.platform.jobs.celery_app import make_celery
 from hydrant.platform.jobs.scheduler import EmbeddedScheduler
@@ -58,22 +60,24 @@ def worker_state(address: str) -> str:
 
 
 def long_generation(address: str, stop: threading.Event) -> None:
-    """A request that keeps the worker busy until `stop` (then the client hangs up: abort)."""
+    """A request that keeps the worker busy until `stop` (then the gateway gives it up)."""
     request = GenerateRequest(
         request_id=f"busy-{time.monotonic_ns()}",
         prompt_token_ids=list(range(10, 40)),
         sampling=Sampling(max_tokens=1500, temperature=0, ignore_eos=True),
     )
-    with httpx.stream(
-        "POST",
-        f"{address}/generate",
-        content=msgspec.msgpack.encode(request),
-        headers={SECRET_HEADER: SECRET},
-        timeout=60,
-    ) as response:
-        for _ in response.iter_raw():
-            if stop.is_set():
-                return
+
+    async def run() -> None:
+        http = WorkerHttp(SECRET)
+        try:
+            async with contextlib.aclosing(http.generate(address, request)) as chunks:
+                async for _ in chunks:
+                    if stop.is_set():
+                        return
+        finally:
+            await http.aclose()
+
+    asyncio.run(run())
 
 
 def test_the_reaper_sleeps_an_idle_worker_leaves_a_busy_one_and_is_idempotent(
@@ -94,8 +98,6 @@ def test_the_reaper_sleeps_an_idle_worker_leaves_a_busy_one_and_is_idempotent(
         scheduler = EmbeddedScheduler(settings, database, JOB_TABLE)
 
         def reap() -> dict[str, Any]:
-            import asyncio
-
             result = asyncio.run(scheduler.run(REAP))
             assert isinstance(result, dict), "the reaper job failed (see the log)"
             return result

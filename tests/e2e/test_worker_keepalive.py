@@ -1,15 +1,16 @@
-"""A worker never leaves a generate stream silent: keep-alive frames while a request queues.
+"""A worker never leaves a gateway's link silent: keep-alive frames while its request queues.
 
-Why it matters: the gateway treats a stream silent for
-`HYDRANT_WORKER_STREAM_IDLE_TIMEOUT_S` as a dead link (test_faults_workers.py),
-which is only safe if a live worker always says something. Here a real worker
-with one sequence slot holds a long request; a second one queues behind it
-and must get its 200 and keep-alive frames (no chunk, no error) at once, then
-its tokens when the slot frees.
+Why it matters: the gateway treats a link silent for
+`HYDRANT_WORKER_STREAM_IDLE_TIMEOUT_S` as dead (test_faults_workers.py), which
+is only safe if a live worker always says something. Here a real worker with
+one sequence slot holds a long request of one gateway's link; a second
+gateway's request queues behind it: its admission answers at once, its link
+gets keep-alive frames (no entry), then the tokens when the slot frees.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -22,8 +23,11 @@ from worker_stack import SECRET, pool_env, redis_prefix, wait_until, worker_proc
 from hydrant.engine.protocol import GenerateRequest, Sampling
 from hydrant.engine.worker.wire import (
     SECRET_HEADER,
+    Admission,
+    Entry,
     Frame,
     FrameReader,
+    LinkOpening,
     pool_key,
     record_decoder,
     record_key,
@@ -54,20 +58,38 @@ def request(request_id: str, max_tokens: int) -> GenerateRequest:
     )
 
 
-def stream(address: str, body: GenerateRequest, frames: list[Frame], stop: threading.Event) -> int:
-    with httpx.stream(
-        "POST",
-        f"{address}/generate",
-        content=msgspec.msgpack.encode(body),
-        headers={SECRET_HEADER: SECRET},
-        timeout=60,
-    ) as response:
+HEADERS = {SECRET_HEADER: SECRET}
+
+
+def link(address: str, link_id: str, frames: list[Frame], stop: threading.Event) -> None:
+    """Hold a link open as a gateway does, collecting its frames until `stop` and one more
+    (or until the worker stops at the end of the test)."""
+    with (
+        contextlib.suppress(httpx.RemoteProtocolError),
+        httpx.stream(
+            "POST",
+            f"{address}/steps",
+            content=msgspec.msgpack.encode(LinkOpening(link_id)),
+            headers=HEADERS,
+            timeout=60,
+        ) as response,
+    ):
+        assert response.status_code == 200
         reader = FrameReader()
         for data in response.iter_raw():
             frames.extend(reader.feed(data))
             if stop.is_set():
                 break
-        return response.status_code
+
+
+def admit(address: str, link_id: str, body: GenerateRequest) -> int:
+    encoded = msgspec.msgpack.encode(Admission(link_id, body))
+    return httpx.post(f"{address}/admit", content=encoded, headers=HEADERS).status_code
+
+
+def opened(address: str, link_id: str, frames: list[Frame], stop: threading.Event) -> None:
+    threading.Thread(target=link, args=(address, link_id, frames, stop), daemon=True).start()
+    wait_until(lambda: bool(frames), 30, "the link's first frame")
 
 
 def test_a_queued_request_gets_keepalive_frames_until_it_runs(
@@ -84,34 +106,29 @@ def test_a_queued_request_gets_keepalive_frames_until_it_runs(
 
             hog_frames: list[Frame] = []
             hog_stop = threading.Event()
-            hog = threading.Thread(
-                target=stream,
-                args=(address, request("hog", 1900), hog_frames, hog_stop),
-                daemon=True,
-            )
-            hog.start()
-            wait_until(lambda: any(f.chunk for f in hog_frames), 30, "the long request to run")
+            opened(address, "hog-link", hog_frames, hog_stop)
+            assert admit(address, "hog-link", request("hog", 1900)) == 200
+            wait_until(lambda: len(hog_frames) > 1, 30, "the long request to run")
 
             queued: list[Frame] = []
-            status: list[int] = []
-            waiter = threading.Thread(
-                target=lambda: status.append(
-                    stream(address, request("queued", 5), queued, threading.Event())
-                ),
-                daemon=True,
-            )
-            waiter.start()
-            wait_until(lambda: len(queued) >= 2, 30, "keep-alive frames for the queued request")
-            assert all(f.chunk is None and f.error is None for f in queued[:2])
-            assert not hog_stop.is_set() and hog.is_alive()  # it really was waiting its turn
+            opened(address, "queued-link", queued, threading.Event())
+            assert admit(address, "queued-link", request("queued", 5)) == 200  # at once
+            wait_until(lambda: len(queued) >= 3, 30, "keep-alive frames for the queued request")
+            assert all(not f.entries for f in queued[:3])
+            assert len(hog_frames) > 3  # the long one was running all along
 
-            hog_stop.set()  # the long request's client hangs up: it is aborted, the slot frees
-            hog.join(60)
-            waiter.join(60)
-            assert status == [200]
-            chunks = [f.chunk for f in queued if f.chunk is not None]
-            assert not [f for f in queued if f.error is not None]
-            assert chunks and chunks[-1].finished and chunks[-1].usage is not None
+            hog_stop.set()  # the long request's gateway hangs up: it is aborted, the slot frees
+
+            def entries() -> list[Entry]:
+                return [e for f in queued for e in f.entries]
+
+            wait_until(
+                lambda: any(e.chunk and e.chunk.finished for e in entries()), 60, "the tokens"
+            )
+            chunks = [e.chunk for e in entries() if e.chunk is not None]
+            assert not [e for e in entries() if e.error is not None]
+            assert chunks[-1].finished and chunks[-1].usage is not None
             assert chunks[-1].usage.completion_tokens == 5
-            first_chunk = next(i for i, f in enumerate(queued) if f.chunk is not None)
-            assert first_chunk >= 2  # keep-alives came first, then the tokens
+            assert {e.request_id for e in entries()} == {"queued"}
+            first_chunk = next(i for i, f in enumerate(queued) if f.entries)
+            assert first_chunk >= 3  # keep-alives came first, then the tokens

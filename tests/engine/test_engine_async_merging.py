@@ -97,12 +97,14 @@ async def test_a_reader_that_falls_behind_mid_stream_loses_nothing(
     assert_no_kv_leak(engine)
 
 
-async def test_next_returns_none_at_its_deadline(model_dir: Path, engines: EngineTracker) -> None:
+async def test_take_returns_none_when_nothing_is_waiting(
+    model_dir: Path, engines: EngineTracker
+) -> None:
     engine = engines.make(model_dir)
     async with running(engine) as front:
         quiet = await front.open(Request("quiet", PROMPT, SamplingParams(max_tokens=1)))
         assert (await _read_all(quiet))[-1].finished
-        assert await quiet.next(0.01) is None  # read out: the deadline passes, no output
+        assert quiet.take() is None  # read out: nothing waits, and take() does not wait
     assert_no_kv_leak(engine)
 
 

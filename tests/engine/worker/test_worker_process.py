@@ -1,4 +1,6 @@
-"""A real `hydrant worker` process on the real Redis: auth, streaming, drain, heartbeat expiry."""
+"""A real `hydrant worker` process on the real Redis: auth, streaming, drain, heartbeat expiry,
+and the gateway's link to it (`WorkerHttp`): requests sharing one step stream, two gateways,
+abort, reconnect, a worker killed mid-stream."""
 
 from __future__ import annotations
 
@@ -18,21 +20,20 @@ from pathlib import Path
 
 import httpx
 import jsonschema
-import msgspec
 import pytest
 import redis
 
+from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.protocol import AdapterRef, GenerateChunk, GenerateRequest, Sampling
 from hydrant.engine.worker.wire import (
     SECRET_HEADER,
-    Frame,
-    FrameReader,
     WorkerRecord,
     pool_key,
     record_decoder,
     record_key,
 )
 from hydrant.platform.dispatch.directory import WorkerDirectory
+from hydrant.platform.dispatch.worker_http import WorkerHttp, WorkerUnavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -140,35 +141,39 @@ def shared_worker(
         _cleanup(w)
 
 
+STATUS = {"unauthorized": 401, "unavailable": 503}
+
+
+def run(address: str, request: GenerateRequest, secret: str = SECRET) -> list[GenerateChunk]:
+    """The request run as the gateway runs it: a link to the worker, an admission on it."""
+
+    async def chunks() -> list[GenerateChunk]:
+        http = WorkerHttp(secret)
+        try:
+            return [chunk async for chunk in http.generate(address, request)]
+        finally:
+            await http.aclose()
+
+    return asyncio.run(chunks())
+
+
 def generate(
     address: str, request: GenerateRequest, secret: str = SECRET
-) -> tuple[int, list[Frame]]:
-    frames: list[Frame] = []
-    with httpx.stream(
-        "POST",
-        f"{address}/generate",
-        content=msgspec.msgpack.encode(request),
-        headers={SECRET_HEADER: secret},
-        timeout=60,
-    ) as response:
-        if response.status_code != 200:
-            response.read()
-            return response.status_code, []
-        reader = FrameReader()
-        for data in response.iter_raw():
-            frames.extend(reader.feed(data))
-    return 200, frames
+) -> tuple[int, list[GenerateChunk]]:
+    """The request's chunks, and the status the worker's answer stands for."""
+    try:
+        return 200, run(address, request, secret)
+    except WorkerUnavailable as exc:
+        return STATUS[exc.reason], []
+    except InvalidRequestError:
+        return 400, []
 
 
 def refused_param(address: str, request: GenerateRequest) -> str:
     """The parameter a worker's 400 names for a request it refuses."""
-    response = httpx.post(
-        f"{address}/generate",
-        content=msgspec.msgpack.encode(request),
-        headers={SECRET_HEADER: SECRET},
-    )
-    assert response.status_code == 400, response.text
-    return str(response.json()["error"]["param"])
+    with pytest.raises(InvalidRequestError) as refused:
+        run(address, request)
+    return str(refused.value.param)
 
 
 def long_request(request_id: str, max_tokens: int = 300) -> GenerateRequest:
@@ -210,9 +215,8 @@ def test_every_route_but_healthz_needs_the_secret(shared_worker: Worker) -> None
 
 def test_generate_streams_chunks_and_refuses_a_bad_request_with_400(shared_worker: Worker) -> None:
     worker = shared_worker
-    status, frames = generate(worker.address, long_request("r1", 5))
+    status, chunks = generate(worker.address, long_request("r1", 5))
     assert status == 200
-    chunks = [f.chunk for f in frames if f.chunk is not None]
     assert all(isinstance(c, GenerateChunk) for c in chunks)
     assert chunks[-1].finished and chunks[-1].usage is not None
     assert (
@@ -241,9 +245,8 @@ def test_a_json_schema_crosses_the_wire_and_the_worker_enforces_it(
             max_tokens=40, temperature=1.0, n=2, seed=7, structured_output=("json", text)
         ),
     )
-    status, frames = generate(shared_worker.address, request)
+    status, chunks = generate(shared_worker.address, request)
     assert status == 200
-    chunks = [f.chunk for f in frames if f.chunk is not None]
     for index in (0, 1):
         deltas = [c for chunk in chunks for c in chunk.choices if c.index == index]
         assert deltas[-1].finish_reason == "stop"
@@ -263,9 +266,9 @@ def test_an_embedding_crosses_the_wire_whole(shared_worker: Worker) -> None:
     request = GenerateRequest(
         request_id="embed-1", prompt_token_ids=prompt, sampling=Sampling(max_tokens=0, embed=True)
     )
-    status, frames = generate(shared_worker.address, request)
+    status, chunks = generate(shared_worker.address, request)
     assert status == 200
-    (chunk,) = [f.chunk for f in frames if f.chunk is not None]
+    (chunk,) = chunks
     assert chunk.finished and chunk.embedding is not None and chunk.usage is not None
     assert chunk.usage.prompt_tokens == len(prompt) and chunk.usage.completion_tokens == 0
     assert abs(sum(v * v for v in chunk.embedding) - 1.0) < 1e-5
@@ -307,9 +310,8 @@ def test_an_adapter_crosses_the_wire_and_a_bad_one_is_a_400(
             sampling=Sampling(max_tokens=8, temperature=0.0, ignore_eos=True),
             adapter=ref,
         )
-        status, frames = generate(shared_worker.address, request)
+        status, chunks = generate(shared_worker.address, request)
         assert status == 200
-        chunks = [f.chunk for f in frames if f.chunk is not None]
         assert chunks[-1].finished and chunks[-1].choices[-1].finish_reason == "length"
         outputs[rid] = [t for c in chunks for choice in c.choices for t in choice.token_ids]
     assert len(outputs["lora-1"]) == 8 and outputs["lora-1"] != outputs["base-1"]
@@ -330,15 +332,15 @@ def test_unload_frees_the_engine_and_load_brings_it_back(shared_worker: Worker) 
     assert shared_worker.record().state == "unloaded"  # type: ignore[union-attr]
     loaded = httpx.post(f"{base}/load", headers=auth, json={}, timeout=120)
     assert loaded.status_code == 200 and loaded.json()["state"] == "ready"
-    status, frames = generate(base, long_request("u2", 3))
-    assert status == 200 and frames[-1].chunk is not None and frames[-1].chunk.finished
+    status, chunks = generate(base, long_request("u2", 3))
+    assert status == 200 and chunks[-1].finished
     missing = httpx.post(f"{base}/load", headers=auth, json={"path": "/nowhere"}, timeout=60)
     assert missing.status_code == 409  # a model is loaded: unload first
 
 
 def test_sigterm_finishes_running_requests_then_deregisters_and_exits_0(worker: Worker) -> None:
     address = worker.address
-    results: list[tuple[int, list[Frame]]] = []
+    results: list[tuple[int, list[GenerateChunk]]] = []
     thread = threading.Thread(
         target=lambda: results.append(generate(address, long_request("long")))
     )
@@ -357,8 +359,7 @@ def test_sigterm_finishes_running_requests_then_deregisters_and_exits_0(worker: 
     assert status == 503 or worker.process.poll() is not None
     thread.join(60)
     assert worker.process.wait(60) == 0
-    ((status, frames),) = results
-    chunks = [f.chunk for f in frames if f.chunk is not None]
+    ((status, chunks),) = results
     assert status == 200 and chunks[-1].finished
     assert chunks[-1].choices[0].finish_reason == "length"
     assert sum(len(c.choices[0].token_ids) for c in chunks) == 300
@@ -385,3 +386,157 @@ def test_a_worker_that_stops_heartbeating_leaves_the_registry_within_its_ttl(
     client = redis.Redis.from_url(worker.redis_url)
     assert client.zcard(pool_key(worker.prefix, "demo")) == 0  # the index was pruned too
     client.close()
+
+
+# ---- the gateway's link: one step stream per gateway and worker -----------------------------
+
+
+def prompt_request(request_id: str, start: int, max_tokens: int = 60) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=request_id,
+        prompt_token_ids=list(range(start, start + 40)),
+        sampling=Sampling(max_tokens=max_tokens, temperature=0, ignore_eos=True),
+    )
+
+
+def token_ids(chunks: list[GenerateChunk]) -> list[int]:
+    return [t for chunk in chunks for t in chunk.choices[0].token_ids]
+
+
+async def read(
+    http: WorkerHttp, address: str, request: GenerateRequest, pause_s: float = 0.0
+) -> list[GenerateChunk]:
+    chunks = []
+    async for chunk in http.generate(address, request):
+        chunks.append(chunk)
+        await asyncio.sleep(pause_s)  # a slow client: the gateway reads late
+    return chunks
+
+
+def test_requests_sharing_a_link_get_their_own_tokens_once_in_order_even_read_slowly(
+    shared_worker: Worker,
+) -> None:
+    address = shared_worker.address
+    requests = [prompt_request(f"s{i}", 10 + 7 * i) for i in range(3)]
+    alone = [token_ids(run(address, r)) for r in requests]
+    assert len({tuple(t) for t in alone}) == 3 and all(len(t) == 60 for t in alone)
+
+    async def together() -> tuple[list[list[GenerateChunk]], int, int]:
+        http = WorkerHttp(SECRET)
+        try:
+            pauses = (0.0, 0.05, 0.0)  # the middle one's client is slow
+            results = await asyncio.gather(
+                *(read(http, address, r, p) for r, p in zip(requests, pauses, strict=True))
+            )
+            return list(results), http.open_links(), http._steps.open_connections(address)
+        finally:
+            await http.aclose()
+
+    results, links, connections = asyncio.run(together())
+    assert (links, connections) == (1, 1)  # all three on one link, one connection
+    for chunks, expected, request in zip(results, alone, requests, strict=True):
+        assert token_ids(chunks) == expected  # as alone at temperature 0: once each, in order
+        assert chunks[-1].finished and not any(c.finished for c in chunks[:-1])
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 60
+        assert {c.request_id for c in chunks} == {request.request_id}
+    assert len(results[1]) < 30  # the slow reader got what piled up merged, not 60 events
+
+
+def test_two_gateways_with_the_same_request_id_on_one_worker_never_mix(
+    shared_worker: Worker,
+) -> None:
+    address = shared_worker.address
+    first, second = prompt_request("same", 10), prompt_request("same", 50)
+    alone = [token_ids(run(address, first)), token_ids(run(address, second))]
+
+    async def both() -> list[list[int]]:
+        gateways = [WorkerHttp(SECRET), WorkerHttp(SECRET)]
+        try:
+            results = await asyncio.gather(
+                read(gateways[0], address, first), read(gateways[1], address, second)
+            )
+            return [token_ids(chunks) for chunks in results]
+        finally:
+            for http in gateways:
+                await http.aclose()
+
+    assert asyncio.run(both()) == alone
+
+
+def test_a_client_that_leaves_aborts_its_request_and_the_other_runs_on(
+    shared_worker: Worker,
+) -> None:
+    address = shared_worker.address
+
+    async def scenario() -> tuple[list[GenerateChunk], int]:
+        http = WorkerHttp(SECRET)
+        try:
+            leaving = http.generate(address, prompt_request("leaves", 10, 300))
+            staying = asyncio.ensure_future(read(http, address, prompt_request("stays", 30, 300)))
+            await leaving.__anext__()
+            await leaving.aclose()  # the client disconnected: the gateway aborts it
+            inflight = 2
+            for _ in range(300):
+                inflight = (await http.call(address, "GET", "/stats"))["inflight"]
+                if inflight <= 1 or staying.done():
+                    break
+                await asyncio.sleep(0.01)
+            return await staying, inflight
+        finally:
+            await http.aclose()
+
+    chunks, inflight_after_abort = asyncio.run(scenario())
+    assert inflight_after_abort <= 1  # the one that left was aborted on the engine
+    assert len(token_ids(chunks)) == 300 and chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_a_gateway_that_reconnects_gets_a_fresh_link(shared_worker: Worker) -> None:
+    address = shared_worker.address
+
+    async def scenario() -> tuple[str, str, list[int]]:
+        http = WorkerHttp(SECRET)
+        try:
+            await read(http, address, prompt_request("one", 10, 3))
+            old = http._links[address]
+            await old.aclose()  # the connection is gone: the gateway forgets the link
+            chunks = await read(http, address, prompt_request("two", 10, 3))
+            return old.link_id, http._links[address].link_id, token_ids(chunks)
+        finally:
+            await http.aclose()
+
+    old_id, new_id, tokens = asyncio.run(scenario())
+    assert old_id != new_id and len(tokens) == 3
+
+
+def test_a_worker_killed_mid_stream_fails_every_request_on_its_link(worker: Worker) -> None:
+    address = worker.address
+
+    async def scenario() -> tuple[list[BaseException | list[GenerateChunk]], float, int]:
+        http = WorkerHttp(SECRET)
+        started = [asyncio.Event(), asyncio.Event()]
+
+        async def stream(i: int) -> list[GenerateChunk]:
+            chunks = []
+            async for chunk in http.generate(address, prompt_request(f"k{i}", 10 + 9 * i, 900)):
+                chunks.append(chunk)
+                started[i].set()
+            return chunks
+
+        try:
+            tasks = [asyncio.ensure_future(stream(i)) for i in range(2)]
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
+            worker.process.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+            return list(results), time.monotonic() - killed, http.open_links()
+        finally:
+            await http.aclose()
+
+    results, seconds, links = asyncio.run(scenario())
+    for result in results:
+        assert isinstance(result, WorkerUnavailable) and result.reason == "lost", result
+    assert seconds < 5  # at the connection's end, not at an idle timeout
+    assert links == 0  # forgotten: the next request opens a fresh link (or finds none)
+    with pytest.raises(WorkerUnavailable) as refused:
+        run(address, long_request("after", 2))
+    assert refused.value.reason == "connect"

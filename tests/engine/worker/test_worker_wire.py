@@ -1,4 +1,5 @@
-"""The worker's wire format: frames survive any split, truncation and garbage are caught."""
+"""The worker's wire format: step frames (many requests each) survive any split, truncation
+and garbage are caught."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, RequestUsage, TokenLogprob
 from hydrant.engine.worker.wire import (
     MAX_FRAME_BYTES,
+    Entry,
     Frame,
     FrameError,
     FrameReader,
@@ -18,24 +20,24 @@ from hydrant.engine.worker.wire import (
 
 def _chunks() -> list[Frame]:
     usage = RequestUsage(prompt_tokens=3, cached_tokens=0, completion_tokens=2, device_ns=7)
+    first = GenerateChunk(
+        request_id="r",
+        choices=[ChoiceDelta(index=0, token_ids=[5], text="a\n")],
+        # echo with logprobs: the prompt's scores travel on the first chunk
+        prompt_logprobs=[None, TokenLogprob(4, -1.5, [(4, -1.5), (9, -2.25)])],
+    )
+    last = GenerateChunk(
+        request_id="r",
+        choices=[ChoiceDelta(index=0, token_ids=[6], text="b", finish_reason="stop")],
+        finished=True,
+        usage=usage,
+    )
+    other = GenerateChunk(request_id="q", choices=[ChoiceDelta(index=0, token_ids=[8], text="c")])
+    draining = StreamError(kind="unavailable", message="draining")
     return [
-        Frame(
-            chunk=GenerateChunk(
-                request_id="r",
-                choices=[ChoiceDelta(index=0, token_ids=[5], text="a\n")],
-                # echo with logprobs: the prompt's scores travel on the first chunk
-                prompt_logprobs=[None, TokenLogprob(4, -1.5, [(4, -1.5), (9, -2.25)])],
-            )
-        ),
-        Frame(
-            chunk=GenerateChunk(
-                request_id="r",
-                choices=[ChoiceDelta(index=0, token_ids=[6], text="b", finish_reason="stop")],
-                finished=True,
-                usage=usage,
-            )
-        ),
-        Frame(error=StreamError(kind="unavailable", message="draining")),
+        Frame(entries=[Entry(request_id="r", chunk=first), Entry(request_id="q", chunk=other)]),
+        Frame(),  # a keep-alive
+        Frame(entries=[Entry(request_id="r", chunk=last), Entry(request_id="q", error=draining)]),
     ]
 
 

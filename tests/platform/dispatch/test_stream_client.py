@@ -1,7 +1,12 @@
-"""The generate stream's HTTP client against real TCP servers scripted byte by byte.
+"""The step stream's HTTP client against real TCP servers scripted byte by byte.
 
-Each test runs an `asyncio.start_server` on a free port that reads the real
-request off the socket and answers raw HTTP/1.1, so what is checked is the
+`StreamClient` carries a gateway's link to each worker (`POST /steps`, a body of
+step frames) and its admit and cancel calls. `FrameStream` below reads one
+response as a link's reader does (frames in, failures mapped by
+`worker_http`'s own functions) but without the per-request split, which
+`test_worker_link` checks against real workers. Each test runs an
+`asyncio.start_server` on a free port that reads the real request off the
+socket and answers raw HTTP/1.1, so what is checked is the
 client's behaviour on the wire: frame order, keep-alive reuse (counted as
 accepted connections), the retry of a keep-alive connection the worker closed
 while idle, and the mapping of every failure to `WorkerUnavailable` reasons.
@@ -28,18 +33,28 @@ from hydrant.engine.protocol import (
     Sampling,
 )
 from hydrant.engine.worker.wire import (
+    MSGPACK_MEDIA_TYPE,
     SECRET_HEADER,
+    Entry,
     ErrorBody,
     Frame,
+    FrameError,
+    FrameReader,
     StreamError,
     encode_frame,
 )
 from hydrant.platform.dispatch.stream_client import (
     StreamClient,
+    StreamClientError,
     StreamConnectError,
     StreamSilent,
 )
-from hydrant.platform.dispatch.worker_http import WorkerHttp, WorkerUnavailable
+from hydrant.platform.dispatch.worker_http import (
+    WorkerHttp,
+    WorkerUnavailable,
+    _raise_refusal,
+    _stream_failure,
+)
 
 SECRET = "s3cret"
 Handler = Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -56,10 +71,14 @@ def chunk(i: int, finished: bool = False) -> GenerateChunk:
     )
 
 
+def frame(chunk: GenerateChunk | None = None, error: StreamError | None = None) -> Frame:
+    return Frame(entries=[Entry(request_id="r1", chunk=chunk, error=error)])
+
+
 def stream_body(tokens: int = 3) -> bytes:
     """A worker's frames: a keep-alive frame, `tokens` chunks, the last one finished."""
     frames = [encode_frame(Frame())]
-    frames += [encode_frame(Frame(chunk=chunk(i, i == tokens))) for i in range(1, tokens + 1)]
+    frames += [encode_frame(frame(chunk=chunk(i, i == tokens))) for i in range(1, tokens + 1)]
     return b"".join(frames)
 
 
@@ -155,18 +174,71 @@ def keep_alive_server(response: bytes) -> Handler:
     return handler
 
 
+class FrameStream:
+    """One POST whose body is read as a link's reader reads it, failures mapped alike."""
+
+    def __init__(
+        self, idle_timeout_s: float = 0.5, max_connections: int = 1024, pool_timeout_s: float = 30
+    ) -> None:
+        self.client = StreamClient(
+            "/steps",
+            {SECRET_HEADER: SECRET, "content-type": MSGPACK_MEDIA_TYPE},
+            idle_timeout_s=idle_timeout_s,
+            max_connections_per_address=max_connections,
+            pool_timeout_s=pool_timeout_s,
+        )
+        self.control = WorkerHttp(SECRET)
+
+    async def generate(self, address: str, body: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        finished = False
+        try:
+            response = await self.client.post(address, msgspec.msgpack.encode(body))
+        except StreamClientError as exc:
+            raise _stream_failure(exc) from exc
+        try:
+            if response.status != 200:
+                _raise_refusal(response.status, await response.read_all())
+            reader = FrameReader()
+            while data := await response.read():
+                for got in reader.feed(data):
+                    for entry in got.entries:
+                        if entry.error is not None:
+                            if entry.error.kind == "invalid":
+                                raise InvalidRequestError(entry.error.message, entry.error.param)
+                            raise WorkerUnavailable(entry.error.kind, entry.error.message)
+                        assert entry.chunk is not None
+                        finished = entry.chunk.finished
+                        yield entry.chunk
+                        if finished:
+                            return
+            raise WorkerUnavailable("lost", "the worker's stream ended")
+        except FrameError as exc:
+            raise WorkerUnavailable("lost", f"garbled stream from the worker: {exc}") from exc
+        except StreamClientError as exc:
+            raise _stream_failure(exc) from exc
+        finally:
+            response.release(finished)
+
+    async def call(self, address: str, method: str, path: str) -> None:
+        await self.control.call(address, method, path)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        await self.control.aclose()
+
+
 @pytest.fixture
-async def http() -> AsyncIterator[WorkerHttp]:
-    client = WorkerHttp(SECRET, stream_idle_timeout_s=0.5)
+async def http() -> AsyncIterator[FrameStream]:
+    client = FrameStream(idle_timeout_s=0.5)
     yield client
     await client.aclose()
 
 
-async def collect(http: WorkerHttp, address: str) -> list[GenerateChunk]:
+async def collect(http: FrameStream, address: str) -> list[GenerateChunk]:
     return [c async for c in http.generate(address, request())]
 
 
-async def failure(http: WorkerHttp, address: str) -> tuple[WorkerUnavailable, int]:
+async def failure(http: FrameStream, address: str) -> tuple[WorkerUnavailable, int]:
     """The WorkerUnavailable a generate ends with, and how many chunks came before it."""
     got = 0
     with pytest.raises(WorkerUnavailable) as info:
@@ -179,7 +251,7 @@ async def failure(http: WorkerHttp, address: str) -> tuple[WorkerUnavailable, in
 
 
 async def test_a_chunked_stream_arrives_in_order_and_the_connection_is_reused(
-    http: WorkerHttp,
+    http: FrameStream,
 ) -> None:
     body = stream_body(3)
     async with RawServer(keep_alive_server(chunked(body[:5], body[5:30], body[30:]))) as server:
@@ -191,7 +263,7 @@ async def test_a_chunked_stream_arrives_in_order_and_the_connection_is_reused(
 
 
 async def test_the_request_on_the_wire_carries_the_secret_and_the_msgpack_body(
-    http: WorkerHttp,
+    http: FrameStream,
 ) -> None:
     seen: list[tuple[bytes, bytes]] = []
 
@@ -208,14 +280,14 @@ async def test_the_request_on_the_wire_carries_the_secret_and_the_msgpack_body(
         address = server.address
     head, body = seen[0]
     lines = head.decode().split("\r\n")
-    assert lines[0] == "POST /generate HTTP/1.1"
+    assert lines[0] == "POST /steps HTTP/1.1"
     assert f"host: {address.removeprefix('http://')}" in lines
     assert f"{SECRET_HEADER}: {SECRET}" in lines
     assert "content-type: application/msgpack" in lines
     assert msgspec.msgpack.decode(body, type=GenerateRequest) == request()
 
 
-async def test_a_content_length_response_is_read_and_reused(http: WorkerHttp) -> None:
+async def test_a_content_length_response_is_read_and_reused(http: FrameStream) -> None:
     async with RawServer(keep_alive_server(sized(200, stream_body(4)))) as server:
         for _ in range(2):
             chunks = await collect(http, server.address)
@@ -223,7 +295,7 @@ async def test_a_content_length_response_is_read_and_reused(http: WorkerHttp) ->
         assert server.accepted == 1
 
 
-async def test_frames_split_into_one_byte_tcp_reads(http: WorkerHttp) -> None:
+async def test_frames_split_into_one_byte_tcp_reads(http: FrameStream) -> None:
     response = chunked(stream_body(2)[:7], stream_body(2)[7:])
 
     async def handler(
@@ -245,7 +317,7 @@ async def test_frames_split_into_one_byte_tcp_reads(http: WorkerHttp) -> None:
 
 
 async def test_the_final_chunk_arriving_after_the_finished_frame_still_pools_the_connection(
-    http: WorkerHttp,
+    http: FrameStream,
 ) -> None:
     response = chunked(stream_body(2), end=False)
 
@@ -267,7 +339,7 @@ async def test_the_final_chunk_arriving_after_the_finished_frame_still_pools_the
         assert server.accepted == 1
 
 
-async def test_connection_close_is_honoured(http: WorkerHttp) -> None:
+async def test_connection_close_is_honoured(http: FrameStream) -> None:
     response = sized(200, stream_body(1), b"connection: close\r\n")
 
     async def handler(
@@ -287,7 +359,7 @@ async def test_connection_close_is_honoured(http: WorkerHttp) -> None:
 # ---- the keep-alive connection the worker closed while idle --------------------------------
 
 
-async def test_an_idle_connection_the_server_closed_is_skipped(http: WorkerHttp) -> None:
+async def test_an_idle_connection_the_server_closed_is_skipped(http: FrameStream) -> None:
     async def handler(
         index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
@@ -298,13 +370,13 @@ async def test_an_idle_connection_the_server_closed_is_skipped(http: WorkerHttp)
     async with RawServer(handler) as server:
         await collect(http, server.address)
         await asyncio.sleep(0.1)
-        assert http._stream.idle_connections(server.address) == 0
+        assert http.client.idle_connections(server.address) == 0
         assert (await collect(http, server.address))[-1].finished
         assert server.accepted == 2
 
 
 async def test_a_reused_connection_closed_before_any_byte_is_retried_once_on_a_fresh_one(
-    http: WorkerHttp,
+    http: FrameStream,
 ) -> None:
     async def handler(
         index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -322,7 +394,7 @@ async def test_a_reused_connection_closed_before_any_byte_is_retried_once_on_a_f
 
 
 async def test_a_reused_connection_cut_after_response_bytes_is_not_retried(
-    http: WorkerHttp,
+    http: FrameStream,
 ) -> None:
     async def handler(
         index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -344,7 +416,7 @@ async def test_a_reused_connection_cut_after_response_bytes_is_not_retried(
 # ---- streams that fail ---------------------------------------------------------------------
 
 
-async def test_a_connection_cut_mid_stream_is_lost_and_not_retried(http: WorkerHttp) -> None:
+async def test_a_connection_cut_mid_stream_is_lost_and_not_retried(http: FrameStream) -> None:
     body = stream_body(3)
 
     async def handler(
@@ -361,49 +433,49 @@ async def test_a_connection_cut_mid_stream_is_lost_and_not_retried(http: WorkerH
         assert server.accepted == 1
 
 
-async def test_a_body_that_ends_without_a_finished_chunk_is_lost(http: WorkerHttp) -> None:
-    body = encode_frame(Frame(chunk=chunk(1)))
+async def test_a_body_that_ends_without_a_finished_chunk_is_lost(http: FrameStream) -> None:
+    body = encode_frame(frame(chunk=chunk(1)))
     async with RawServer(keep_alive_server(chunked(body))) as server:
         error, got = await failure(http, server.address)
         assert (error.reason, got) == ("lost", 1)
 
 
-async def test_a_garbled_frame_is_lost(http: WorkerHttp) -> None:
+async def test_a_garbled_frame_is_lost(http: FrameStream) -> None:
     async with RawServer(keep_alive_server(chunked(b"\x00\x00\x00\x02\xc1\xc1"))) as server:
         error, _ = await failure(http, server.address)
         assert error.reason == "lost"
         assert "garbled" in error.message
 
 
-async def test_a_malformed_http_response_is_lost(http: WorkerHttp) -> None:
+async def test_a_malformed_http_response_is_lost(http: FrameStream) -> None:
     async with RawServer(keep_alive_server(b"HTTP/1.1 2x0 OK\r\n\r\n")) as server:
         error, _ = await failure(http, server.address)
         assert error.reason == "lost"
 
 
 @pytest.mark.parametrize(("kind", "reason"), [("unavailable", "unavailable"), ("failed", "failed")])
-async def test_an_error_frame_maps_to_its_kind(http: WorkerHttp, kind: str, reason: str) -> None:
+async def test_an_error_frame_maps_to_its_kind(http: FrameStream, kind: str, reason: str) -> None:
     error = StreamError(kind=kind, message="gone")
-    frames = encode_frame(Frame(chunk=chunk(1))) + encode_frame(Frame(error=error))
+    frames = encode_frame(frame(chunk=chunk(1))) + encode_frame(frame(error=error))
     async with RawServer(keep_alive_server(chunked(frames))) as server:
         failed, got = await failure(http, server.address)
         assert (failed.reason, failed.message, got) == (reason, "gone", 1)
 
 
-async def test_an_invalid_error_frame_is_the_callers_fault(http: WorkerHttp) -> None:
+async def test_an_invalid_error_frame_is_the_callers_fault(http: FrameStream) -> None:
     error = StreamError(kind="invalid", message="bad n", param="n")
-    async with RawServer(keep_alive_server(chunked(encode_frame(Frame(error=error))))) as server:
+    async with RawServer(keep_alive_server(chunked(encode_frame(frame(error=error))))) as server:
         with pytest.raises(InvalidRequestError) as info:
             await collect(http, server.address)
         assert info.value.param == "n"
 
 
-async def test_a_silent_stream_is_silent_after_the_idle_timeout(http: WorkerHttp) -> None:
+async def test_a_silent_stream_is_silent_after_the_idle_timeout(http: FrameStream) -> None:
     async def handler(
         index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         await read_request(reader)
-        writer.write(chunked(encode_frame(Frame(chunk=chunk(1))), end=False))
+        writer.write(chunked(encode_frame(frame(chunk=chunk(1))), end=False))
         await writer.drain()
         await asyncio.sleep(30)
 
@@ -414,7 +486,7 @@ async def test_a_silent_stream_is_silent_after_the_idle_timeout(http: WorkerHttp
         assert 0.45 < time.monotonic() - started < 3.0
 
 
-async def test_a_server_that_never_answers_is_silent(http: WorkerHttp) -> None:
+async def test_a_server_that_never_answers_is_silent(http: FrameStream) -> None:
     async def handler(
         index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
@@ -426,7 +498,7 @@ async def test_a_server_that_never_answers_is_silent(http: WorkerHttp) -> None:
         assert (error.reason, got) == ("silent", 0)
 
 
-async def test_keep_alive_frames_keep_a_slow_stream_alive(http: WorkerHttp) -> None:
+async def test_keep_alive_frames_keep_a_slow_stream_alive(http: FrameStream) -> None:
     keep_alive = encode_frame(Frame())
 
     async def handler(
@@ -454,7 +526,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_a_refused_port_is_connect(http: WorkerHttp) -> None:
+async def test_a_refused_port_is_connect(http: FrameStream) -> None:
     error, _ = await failure(http, f"http://127.0.0.1:{free_port()}")
     assert error.reason == "connect"
 
@@ -472,7 +544,7 @@ async def test_a_refused_port_is_connect(http: WorkerHttp) -> None:
     ],
 )
 async def test_a_refusal_maps_like_the_control_calls(
-    http: WorkerHttp, status: int, body: bytes, reason: str
+    http: FrameStream, status: int, body: bytes, reason: str
 ) -> None:
     async with RawServer(keep_alive_server(sized(status, body))) as server:
         error, got = await failure(http, server.address)
@@ -485,7 +557,7 @@ async def test_a_refusal_maps_like_the_control_calls(
         assert server.accepted == 2  # one for generate (reused), one for httpx
 
 
-async def test_a_refused_request_400_invalid_is_the_callers_fault(http: WorkerHttp) -> None:
+async def test_a_refused_request_400_invalid_is_the_callers_fault(http: FrameStream) -> None:
     body = error_body("invalid", "malformed", "prompt")
     async with RawServer(keep_alive_server(sized(400, body))) as server:
         with pytest.raises(InvalidRequestError) as info:
@@ -493,7 +565,7 @@ async def test_a_refused_request_400_invalid_is_the_callers_fault(http: WorkerHt
         assert info.value.param == "prompt"
 
 
-async def test_a_chunked_refusal_body_is_read_whole(http: WorkerHttp) -> None:
+async def test_a_chunked_refusal_body_is_read_whole(http: FrameStream) -> None:
     body = error_body("unavailable", "asleep")
     response = chunked(body[:5], body[5:]).replace(b"200 OK", b"503 Service Unavailable")
     async with RawServer(keep_alive_server(response)) as server:
@@ -504,8 +576,8 @@ async def test_a_chunked_refusal_body_is_read_whole(http: WorkerHttp) -> None:
 # ---- the consumer stopping early, and closing ----------------------------------------------
 
 
-async def test_a_consumer_that_stops_early_closes_the_connection(http: WorkerHttp) -> None:
-    first = encode_frame(Frame(chunk=chunk(1)))
+async def test_a_consumer_that_stops_early_closes_the_connection(http: FrameStream) -> None:
+    first = encode_frame(frame(chunk=chunk(1)))
     closed = asyncio.Event()
 
     async def handler(
@@ -529,7 +601,7 @@ async def test_a_consumer_that_stops_early_closes_the_connection(http: WorkerHtt
                 assert got.choices[0].token_ids == [1]
                 break
         await asyncio.wait_for(closed.wait(), 2)
-        assert http._stream.idle_connections(server.address) == 0
+        assert http.client.idle_connections(server.address) == 0
         assert (await collect(http, server.address))[-1].finished
         assert server.accepted == 2
 
@@ -546,10 +618,10 @@ async def test_aclose_closes_the_pooled_connections() -> None:
         assert await reader.read() == b""
         closed.set()
 
-    http = WorkerHttp(SECRET)
+    http = FrameStream()
     async with RawServer(handler) as server:
         await collect(http, server.address)
-        assert http._stream.idle_connections(server.address) == 1
+        assert http.client.idle_connections(server.address) == 1
         await http.aclose()
         await asyncio.wait_for(closed.wait(), 2)
 
@@ -557,7 +629,7 @@ async def test_aclose_closes_the_pooled_connections() -> None:
 async def test_a_slow_consumer_pauses_reading_above_a_mebibyte() -> None:
     body = b"x" * (8 * 1024 * 1024)
     async with RawServer(keep_alive_server(sized(200, body))) as server:
-        client = StreamClient("/generate", {}, idle_timeout_s=0.5)
+        client = StreamClient("/steps", {}, idle_timeout_s=0.5)
         try:
             response = await client.post(server.address, b"")
             await asyncio.sleep(0.2)  # the server writes all it can; the client stops reading
@@ -584,7 +656,7 @@ async def test_silence_while_the_consumer_waits_is_a_stream_silent() -> None:
         await asyncio.sleep(30)
 
     async with RawServer(handler) as server:
-        client = StreamClient("/generate", {}, idle_timeout_s=0.3)
+        client = StreamClient("/steps", {}, idle_timeout_s=0.3)
         try:
             response = await client.post(server.address, b"")
             await asyncio.sleep(0.5)  # busy consumer: not counted
@@ -598,7 +670,7 @@ async def test_silence_while_the_consumer_waits_is_a_stream_silent() -> None:
 
 # ---- the same on uvloop, which the gateway runs on (uvicorn's default loop) ----------------
 
-ON_UVLOOP: list[Callable[[WorkerHttp], Awaitable[None]]] = [
+ON_UVLOOP: list[Callable[[FrameStream], Awaitable[None]]] = [
     test_a_chunked_stream_arrives_in_order_and_the_connection_is_reused,
     test_a_content_length_response_is_read_and_reused,
     test_frames_split_into_one_byte_tcp_reads,
@@ -616,9 +688,9 @@ ON_UVLOOP: list[Callable[[WorkerHttp], Awaitable[None]]] = [
 
 
 @pytest.mark.parametrize("scenario", ON_UVLOOP, ids=lambda f: f.__name__.removeprefix("test_"))
-def test_on_uvloop(scenario: Callable[[WorkerHttp], Awaitable[None]]) -> None:
+def test_on_uvloop(scenario: Callable[[FrameStream], Awaitable[None]]) -> None:
     async def run() -> None:
-        http = WorkerHttp(SECRET, stream_idle_timeout_s=0.5)
+        http = FrameStream(idle_timeout_s=0.5)
         try:
             await scenario(http)
         finally:
@@ -659,7 +731,7 @@ async def _post_and_read(client: StreamClient, address: str) -> bytes:
 
 async def test_requests_over_the_cap_wait_for_a_connection_and_reuse_it() -> None:
     gate = asyncio.Event()
-    client = StreamClient("/generate", {}, max_connections_per_address=2)
+    client = StreamClient("/steps", {}, max_connections_per_address=2)
     try:
         async with RawServer(gated_server(gate)) as server:
             posts = [
@@ -680,7 +752,7 @@ async def test_requests_over_the_cap_wait_for_a_connection_and_reuse_it() -> Non
 
 async def test_a_request_waiting_past_the_pool_timeout_is_busy_and_the_worker_not_blamed() -> None:
     gate = asyncio.Event()
-    http = WorkerHttp(SECRET, max_streams_per_worker=1, pool_timeout_s=0.2)
+    http = FrameStream(max_connections=1, pool_timeout_s=0.2)
     try:
         async with RawServer(gated_server(gate)) as server:
             first = asyncio.ensure_future(collect(http, server.address))
@@ -699,7 +771,7 @@ async def test_a_request_waiting_past_the_pool_timeout_is_busy_and_the_worker_no
 
 async def test_a_connection_that_closes_frees_its_slot_for_a_waiter() -> None:
     gate = asyncio.Event()
-    client = StreamClient("/generate", {}, max_connections_per_address=1)
+    client = StreamClient("/steps", {}, max_connections_per_address=1)
     try:
         async with RawServer(gated_server(gate, close_after=True)) as server:
             posts = [
@@ -718,7 +790,7 @@ async def test_a_connection_that_closes_frees_its_slot_for_a_waiter() -> None:
 
 async def test_a_waiter_that_gives_up_loses_no_slot() -> None:
     gate = asyncio.Event()
-    client = StreamClient("/generate", {}, max_connections_per_address=1)
+    client = StreamClient("/steps", {}, max_connections_per_address=1)
     try:
         async with RawServer(gated_server(gate)) as server:
             first = asyncio.ensure_future(_post_and_read(client, server.address))
@@ -739,7 +811,7 @@ async def test_a_waiter_that_gives_up_loses_no_slot() -> None:
 
 
 async def test_a_refused_connection_frees_its_slot() -> None:
-    client = StreamClient("/generate", {}, max_connections_per_address=1, pool_timeout_s=0.2)
+    client = StreamClient("/steps", {}, max_connections_per_address=1, pool_timeout_s=0.2)
     try:
         address = f"http://127.0.0.1:{free_port()}"
         for _ in range(3):  # each attempt is refused, none waits for the slot of the last
