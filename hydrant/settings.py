@@ -209,6 +209,8 @@ class Settings:
     k8s_namespace: str = "default"
     k8s_deployment: str = "hydrant-worker-{model}"
     k8s_container: str = "worker"
+    # an upstream pool's workload, scaled 0<->1 by the gateway with the kubernetes scaler
+    k8s_upstream_workload: str = "deployment/vllm-{model}"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property

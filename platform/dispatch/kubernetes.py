@@ -7,17 +7,23 @@ the standard mount; elsewhere a URL and a bearer token from the settings.
 A swap patches the worker container's `HYDRANT_WORKER_PATH` (and
 quantization) in the pod template: Kubernetes then rolls the pods, new ones
 first (readiness on `/healthz`), old ones drained by SIGTERM.
+
+An upstream pool (vLLM) is scaled the same way through `for_upstream`: its
+workload is a Deployment or a LeaderWorkerSet (one replica = one multi-node
+group), both patched through their scale subresource.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 
+from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.scaler import PoolSpec
+from hydrant.settings import ENV_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +31,12 @@ SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 IN_CLUSTER_URL = "https://kubernetes.default.svc"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+# The workloads an upstream pool may be (HYDRANT_K8S_UPSTREAM_WORKLOAD): their API path and
+# resource, each with a scale subresource.
+WORKLOADS = {
+    "deployment": ("apis/apps/v1", "deployments"),
+    "leaderworkerset": ("apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
+}
 
 
 class KubernetesError(Exception):
@@ -39,6 +51,8 @@ class KubernetesScaler:
     deployment: str = "hydrant-worker-{model}"
     container: str = "worker"
     verify: str | bool = True
+    api_path: str = "apis/apps/v1"
+    resource: str = "deployments"
     rolls_itself = True
 
     @classmethod
@@ -75,12 +89,24 @@ class KubernetesScaler:
             verify=verify,
         )
 
+    def for_upstream(self, workload: str) -> KubernetesScaler:
+        """The same API access, scaling an upstream pool's workload: `KIND/NAME-TEMPLATE`."""
+        kind, _, name = workload.partition("/")
+        if kind not in WORKLOADS or "{model}" not in name:
+            raise ConfigurationError(
+                f"upstream workload {workload!r} must look like KIND/NAME with KIND one of"
+                f" {', '.join(WORKLOADS)} and {{model}} in NAME"
+                f" ({ENV_PREFIX}K8S_UPSTREAM_WORKLOAD)"
+            )
+        api_path, resource = WORKLOADS[kind]
+        return replace(self, deployment=name, api_path=api_path, resource=resource)
+
     def deployment_name(self, model: str) -> str:
         return self.deployment.format(model=model)
 
     def _url(self, model: str, scale: bool = False) -> str:
         name = self.deployment_name(model)
-        base = f"{self.api_url}/apis/apps/v1/namespaces/{self.namespace}/deployments/{name}"
+        base = f"{self.api_url}/{self.api_path}/namespaces/{self.namespace}/{self.resource}/{name}"
         return base + "/scale" if scale else base
 
     async def _patch(self, url: str, body: object, content_type: str) -> dict[str, object]:
@@ -103,7 +129,10 @@ class KubernetesScaler:
         await self._patch(
             self._url(spec.model, scale=True), {"spec": {"replicas": replicas}}, MERGE_PATCH
         )
-        log.info("deployment scaled", extra={"model": spec.model, "replicas": replicas})
+        log.info(
+            "workload scaled",
+            extra={"model": spec.model, "resource": self.resource, "replicas": replicas},
+        )
 
     async def update(self, spec: PoolSpec) -> None:
         env = [

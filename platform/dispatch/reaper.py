@@ -7,6 +7,10 @@ the reaper's. It reads every pool in the registry and scales down those
 whose ready workers have all been idle past the timeout, through the same
 `idle_past`/`scale_down` the gateways use. Running it twice is harmless: a
 pool already asleep has no ready worker left to act on.
+
+Upstream pools (vLLM) are left to their own deployment unless an
+`upstream` scaler is given (the kubernetes scaler): then an idle one has its
+workload scaled to zero, as the gateway that serves it would.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ async def reap_idle_pools(
     idle_timeout_s: float,
     mode: str,
     now: float | None = None,
+    upstream: Scaler | None = None,
 ) -> list[Reaped]:
     """Scale down every registered pool idle past `idle_timeout_s`; what it scaled down."""
     if idle_timeout_s <= 0:
@@ -43,10 +48,15 @@ async def reap_idle_pools(
     moment = time.time() if now is None else now
     reaped: list[Reaped] = []
     for model in await directory.models():
-        # Upstream members (vLLM...) are scaled by their own deployment, never slept here.
-        ready = [
-            r for r in await directory.workers(model) if r.state == "ready" and r.kind == "hydrant"
-        ]
+        ready = [r for r in await directory.workers(model) if r.state == "ready"]
+        members = [r for r in ready if r.kind != "hydrant"]
+        ready = [r for r in ready if r.kind == "hydrant"]
+        if members and upstream is not None and idle_past(members, idle_timeout_s, moment):
+            # an upstream pool: its workload to zero (vLLM has no Hydrant sleep)
+            spec = PoolSpec(model=model, path=members[0].path)
+            log.info("reaper: upstream pool idle, scaling to zero", extra={"model": model})
+            gone = await scale_down(spec, members, "exit", http, upstream)
+            reaped.append(Reaped(model, "exit", tuple(gone)))
         if not ready or not idle_past(ready, idle_timeout_s, moment):
             continue
         revisions = {r.revision for r in ready}

@@ -31,10 +31,14 @@ def idle_past(records: Iterable[WorkerRecord], timeout_s: float, now: float) -> 
     """No request on any of these workers, from any gateway, for `timeout_s` (wall clock).
 
     The records come from the workers' heartbeats: `inflight` counts every
-    gateway's requests and `idle_since` is when the last one ended.
+    gateway's requests and `idle_since` is when the last one ended. An upstream
+    member's record has neither (its health check writes it): the requests its
+    server reports running or waiting stand for every gateway's there.
     """
     for record in records:
         if record.inflight > 0:
+            return False
+        if record.stats is not None and record.stats.num_running + record.stats.num_waiting > 0:
             return False
         if record.idle_since is not None and now - record.idle_since < timeout_s:
             return False
@@ -55,7 +59,8 @@ async def scale_down(
     processes stopped) and also asks each worker to drain and exit, which
     covers workers the scaler does not own (started by another gateway or an
     operator): the drain is the same one SIGTERM starts, so asking twice is
-    harmless.
+    harmless. An upstream member (vLLM) is never called: it has no `/drain` (the
+    workload's SIGTERM is its graceful stop) and must not see the worker secret.
     """
     gone: list[str] = []
     if mode == "sleep":
@@ -70,6 +75,9 @@ async def scale_down(
         return gone
     await scaler.scale(spec, 0)
     for record in ready:
+        if record.kind != "hydrant":
+            gone.append(record.worker_id)
+            continue
         try:
             await http.call(record.address, "POST", "/drain", timeout_s=10.0)
         except WorkerUnavailable as exc:  # already stopping or gone

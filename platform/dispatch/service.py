@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import redis.asyncio as aioredis
 
@@ -43,24 +43,50 @@ from hydrant.platform.models.checkpoints import inspect_checkpoint
 from hydrant.platform.models.registry import ModelRegistry, ServedModel
 from hydrant.settings import Settings
 
+if TYPE_CHECKING:
+    from hydrant.platform.dispatch.kubernetes import KubernetesScaler
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MODEL_LEN = 2048
+
+
+def _kubernetes_scaler(settings: Settings) -> KubernetesScaler:
+    from hydrant.platform.dispatch.kubernetes import KubernetesScaler
+
+    return KubernetesScaler.from_settings(
+        settings.k8s_api_url,
+        settings.k8s_token,
+        settings.k8s_namespace,
+        settings.k8s_deployment,
+        settings.k8s_container,
+    )
+
+
+def upstream_scaling(settings: Settings) -> tuple[Scaler, PoolOptions]:
+    """How an upstream pool scales: by KEDA or its operator, or from zero by this gateway.
+
+    Without the kubernetes scaler the gateway scales nothing (KEDA's ScaledObject
+    does, on the gateway's queue metric) and never stops a member when idle. With
+    it, a request that finds no member scales the workload (a Deployment, or a
+    LeaderWorkerSet: one replica is a whole group) to 1 and waits, bounded by the
+    wake timeout, for the health checks to register it; after the idle timeout
+    the workload goes back to 0 (`exit`: vLLM has no Hydrant sleep). Never beyond
+    1: a Service is one member to the pool whatever runs behind it, so more
+    replicas are KEDA's or an HPA's to decide.
+    """
+    options = replace(pool_options(settings), start_workers=0)
+    if settings.pool_scaler != "kubernetes":
+        return NoScaler(), replace(options, idle_timeout_s=0.0)
+    scaler = _kubernetes_scaler(settings).for_upstream(settings.k8s_upstream_workload)
+    return scaler, replace(options, max_workers=1, scale_down="exit")
 
 
 def make_scaler(settings: Settings) -> Scaler:
     if settings.pool_scaler == "none":
         return NoScaler()
     if settings.pool_scaler == "kubernetes":
-        from hydrant.platform.dispatch.kubernetes import KubernetesScaler
-
-        return KubernetesScaler.from_settings(
-            settings.k8s_api_url,
-            settings.k8s_token,
-            settings.k8s_namespace,
-            settings.k8s_deployment,
-            settings.k8s_container,
-        )
+        return _kubernetes_scaler(settings)
     env = local_worker_env(
         dict(os.environ),
         {
@@ -341,8 +367,9 @@ def upstream_pool(
 ) -> WorkerPool:
     """The pool of a model served by upstream servers, and the health checks that fill it.
 
-    No scaler and no idle scale-down: the servers' own deployment starts, scales and rolls
-    them; the gateway routes to those that pass its health checks.
+    The servers' own deployment starts, scales and rolls them (or, with the kubernetes
+    scaler, this gateway scales them from zero: `upstream_scaling`); the gateway routes
+    to those that pass its health checks.
     """
     backend = settings.upstream_pools()[model]
     http = UpstreamHttp(model, api_key, manager.metrics)
@@ -360,11 +387,12 @@ def upstream_pool(
             capacity=settings.upstream_max_inflight,
         )
     )
+    scaler, options = upstream_scaling(settings)
     return WorkerPool(
         spec=PoolSpec(model=model, path=str(path), quantization=None),
         http=http,
-        scaler=NoScaler(),
+        scaler=scaler,
         metrics=manager.metrics,
-        options=replace(pool_options(settings), idle_timeout_s=0.0, start_workers=0),
+        options=options,
         kind=backend.kind,
     )

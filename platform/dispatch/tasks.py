@@ -6,7 +6,7 @@ from typing import Any
 
 from hydrant.platform.dispatch.directory import WorkerDirectory
 from hydrant.platform.dispatch.reaper import reap_idle_pools
-from hydrant.platform.dispatch.service import make_scaler
+from hydrant.platform.dispatch.service import make_scaler, upstream_scaling
 from hydrant.platform.dispatch.worker_http import WorkerHttp
 from hydrant.platform.jobs.context import Job, JobContext
 
@@ -26,9 +26,16 @@ async def reap_pools(ctx: JobContext) -> dict[str, Any]:
     directory = WorkerDirectory.from_url(settings.redis_url, settings.worker_registry_prefix)
     http = WorkerHttp(settings.worker_secret)
     scaler = make_scaler(settings)  # for `exit`: a Deployment is scaled; local workers drain
+    # upstream pools: their workloads with the kubernetes scaler, else left to KEDA
+    upstream = upstream_scaling(settings)[0] if settings.pool_scaler == "kubernetes" else None
     try:
         reaped = await reap_idle_pools(
-            directory, http, scaler, settings.pool_idle_timeout_s, settings.pool_scale_down
+            directory,
+            http,
+            scaler,
+            settings.pool_idle_timeout_s,
+            settings.pool_scale_down,
+            upstream=upstream,
         )
     finally:
         await scaler.close()

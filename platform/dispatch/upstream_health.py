@@ -95,6 +95,7 @@ class UpstreamMonitor:
     probe_timeout_s: float = 3.0
     _first_seen: dict[str, float] = field(default_factory=dict)
     _healthy: dict[str, bool] = field(default_factory=dict)
+    _busy_at: dict[str, float] = field(default_factory=dict)
 
     async def _serving(self, url: str) -> tuple[dict[str, Any], EngineStats | None] | str:
         """The member's `/v1/models` entry and load when it serves the model, else why not."""
@@ -128,12 +129,16 @@ class UpstreamMonitor:
                 )
             self._healthy[url] = False
             self._first_seen.pop(url, None)
+            self._busy_at.pop(url, None)
             return None
         entry, stats = serving
         now = time.time()
         if not self._healthy.get(url):
             log.info("upstream member up", extra={"model": self.spec.model, "address": url})
         self._healthy[url] = True
+        started = self._first_seen.setdefault(url, now)
+        if stats is None or stats.num_running + stats.num_waiting > 0:
+            self._busy_at[url] = now  # unknown load counts as busy: never idled on a guess
         return WorkerRecord(
             worker_id=member_id(self.spec.kind, url),
             model=self.spec.model,
@@ -145,8 +150,11 @@ class UpstreamMonitor:
             capacity=self.capacity,
             max_model_len=int(entry.get("max_model_len") or 0),
             stats=stats,
-            started_at=self._first_seen.setdefault(url, now),
+            started_at=started,
             heartbeat_at=now,
+            # when the server last had requests (as this probe saw it, every gateway's): the
+            # idle time a scale to zero waits on (scale_down.idle_past), like a worker's
+            idle_since=self._busy_at.get(url, started),
         )
 
     async def check(self) -> None:

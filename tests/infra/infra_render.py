@@ -61,7 +61,7 @@ def render(directory: Path) -> list[Obj]:
     objects: list[Obj] = []
     for resource in spec.get("resources", []):
         path = (directory / resource).resolve()
-        objects.extend(render(path) if path.is_dir() else load_documents(path))
+        objects.extend(render(path) if path.is_dir() else load_documents(_inside(directory, path)))
     for generator in spec.get("configMapGenerator", []):
         objects.append(_config_map(directory, generator))
     seen: set[tuple[str, str, str]] = set()
@@ -98,13 +98,20 @@ def _config_map(directory: Path, generator: Obj) -> Obj:
 def _apply_patch(directory: Path, patch: Obj, objects: list[Obj]) -> None:
     if set(patch) != {"path"}:
         raise KustomizeError(f"only `patches: - path:` is rendered, got {patch}")
-    for doc in load_documents(directory / patch["path"]):
+    for doc in load_documents(_inside(directory, (directory / patch["path"]).resolve())):
         matches = [o for o in objects if key(o) == key(doc)]
         if len(matches) != 1:
             raise KustomizeError(f"patch {patch['path']} targets {key(doc)}: {len(matches)} found")
         merged = merge(matches[0], doc)
         matches[0].clear()
         matches[0].update(merged)
+
+
+def _inside(directory: Path, path: Path) -> Path:
+    """kustomize's load restrictor: a file (not a kustomization) must lie under the root."""
+    if not path.is_relative_to(directory.resolve()):
+        raise KustomizeError(f"{directory}: {path} is outside the kustomization's root")
+    return path
 
 
 def merge(base: Any, patch: Any) -> Any:
@@ -136,7 +143,29 @@ def pod_spec(obj: Obj) -> Obj | None:
     return None
 
 
+def pod_templates(obj: Obj) -> list[Obj]:
+    """The pod templates (metadata + spec) of a workload: one, or a LeaderWorkerSet's two."""
+    if obj["kind"] in POD_TEMPLATE_KINDS:
+        return [obj["spec"]["template"]]
+    if obj["kind"] == "LeaderWorkerSet":
+        group = obj["spec"]["leaderWorkerTemplate"]
+        return [t for t in (group.get("leaderTemplate"), group["workerTemplate"]) if t]
+    return []
+
+
+def by_kind(objects: list[Obj], kind: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def find(objects: list[Obj], kind: str, name: str) -> Obj:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+    return found[0]
+
+
 def _apply_images(obj: Obj, images: list[Obj]) -> None:
+    # kustomize's image fields are `spec/template/spec/...`: a LeaderWorkerSet's templates
+    # (spec/leaderWorkerTemplate/...) keep the image they name.
     spec = pod_spec(obj)
     if spec is None:
         return

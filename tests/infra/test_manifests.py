@@ -1,6 +1,7 @@
-"""infra/k8s rendered offline (base and the example overlay) and checked object by object:
+"""infra/k8s rendered offline (base and every overlay) and checked object by object:
 core kinds against the Kubernetes JSON schemas (kubernetes-validate, strict), CRDs
-against schemas vendored from their CRDs, and the references between objects."""
+against schemas vendored from their CRDs, and the references between objects.
+What the vLLM overlays hold in particular: test_upstream_overlays.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,17 @@ import jsonschema
 import kubernetes_validate
 import pytest
 from infra_cli import parse_cli
-from infra_render import KustomizeError, Obj, key, merge, pod_spec, render
+from infra_render import (
+    KustomizeError,
+    Obj,
+    by_kind,
+    find,
+    key,
+    merge,
+    pod_spec,
+    pod_templates,
+    render,
+)
 
 from hydrant.settings import Settings, load_settings
 
@@ -26,8 +37,17 @@ CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule.json",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor.json",
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor.json",
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.json",
 }
-TREES = {"base": K8S / "base", "example": K8S / "overlays" / "example"}
+TREES = {
+    "base": K8S / "base",
+    "example": K8S / "overlays" / "example",
+    "vllm-tp8": K8S / "overlays" / "vllm-tp8",
+    "vllm-multinode": K8S / "overlays" / "vllm-multinode",
+}
+NAMESPACES = {"example": "hydrant-prod"}  # the others: "hydrant"
+# what KEDA's scaleTargetRef may name: kinds with a scale subresource (their apiVersion)
+SCALABLE = {"Deployment": "apps/v1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
 
 
 @pytest.fixture(scope="module", params=sorted(TREES))
@@ -35,19 +55,32 @@ def rendered(request: pytest.FixtureRequest) -> tuple[str, list[Obj]]:
     return request.param, render(TREES[request.param])
 
 
-def _by_kind(objects: list[Obj], kind: str) -> list[Obj]:
-    return [o for o in objects if o["kind"] == kind]
-
-
-def _find(objects: list[Obj], kind: str, name: str) -> Obj:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
-    return found[0]
-
-
 def _validate_crd(obj: Obj) -> None:
     schema = json.loads((SCHEMAS / CRD_SCHEMAS[(obj["apiVersion"], obj["kind"])]).read_text())
     jsonschema.validate(obj, schema)
+    if obj["kind"] == "LeaderWorkerSet":  # its pod templates are core PodTemplateSpecs
+        for template in pod_templates(obj):
+            kubernetes_validate.validate(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {"name": "t"},
+                    "template": template,
+                },
+                K8S_VERSION,
+                strict=True,
+            )
+
+
+def _hydrant_containers(objects: list[Obj]) -> list[Obj]:
+    """Containers that run the `hydrant` CLI (not vLLM's), from every pod template."""
+    return [
+        c
+        for workload in objects
+        for template in pod_templates(workload)
+        for c in template["spec"]["containers"]
+        if c["command"][0] == "hydrant"
+    ]
 
 
 def test_every_object_validates(rendered: tuple[str, list[Obj]]) -> None:
@@ -63,37 +96,50 @@ def test_every_object_validates(rendered: tuple[str, list[Obj]]) -> None:
 def test_validation_really_rejects_mistakes(rendered: tuple[str, list[Obj]]) -> None:
     """The validators are not vacuous: a typo'd field and a numeric KEDA threshold fail."""
     _, objects = rendered
-    deployment = _by_kind(objects, "Deployment")[0]
+    deployment = by_kind(objects, "Deployment")[0]
     typo = merge(deployment, {"spec": {"replica": 3}})
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(typo, K8S_VERSION, strict=True)
-    scaled = _by_kind(objects, "ScaledObject")[0]
+    scaled = by_kind(objects, "ScaledObject")[0]
     bad = merge(scaled, {})
     bad["spec"]["triggers"][0]["metadata"]["threshold"] = 16
     with pytest.raises(jsonschema.ValidationError):
         _validate_crd(bad)
-    rule = merge(_by_kind(objects, "PrometheusRule")[0], {})
+    rule = merge(by_kind(objects, "PrometheusRule")[0], {})
     rule["spec"]["groups"][0]["rules"][0]["for"] = "five minutes"
     with pytest.raises(jsonschema.ValidationError):
         _validate_crd(rule)
+    for group in by_kind(objects, "LeaderWorkerSet"):
+        typo = merge(group, {"spec": {"leaderWorkerTemplate": {"groupSize": 2}}})
+        with pytest.raises(jsonschema.ValidationError):
+            _validate_crd(typo)
+        policy = merge(group, {"spec": {"leaderWorkerTemplate": {"restartPolicy": "Always"}}})
+        with pytest.raises(jsonschema.ValidationError):
+            _validate_crd(policy)
+        in_pod = merge(group, {})  # a typo inside a pod template: the core schema catches it
+        in_pod["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["container"] = []
+        with pytest.raises(kubernetes_validate.ValidationError):
+            _validate_crd(in_pod)
 
 
 def test_references_between_objects_resolve(rendered: tuple[str, list[Obj]]) -> None:
     name, objects = rendered
-    namespace = "hydrant" if name == "base" else "hydrant-prod"
-    assert _by_kind(objects, "Namespace")[0]["metadata"]["name"] == namespace
+    namespace = NAMESPACES.get(name, "hydrant")
+    assert by_kind(objects, "Namespace")[0]["metadata"]["name"] == namespace
     for obj in objects:
         if obj["kind"] not in ("Namespace",):
             assert obj["metadata"]["namespace"] == namespace, key(obj)
     names = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    secret = _find(objects, "Secret", "hydrant-secrets")
-    for deployment in _by_kind(objects, "Deployment"):
-        spec = pod_spec(deployment)
-        assert spec is not None
+    secret = find(objects, "Secret", "hydrant-secrets")
+    for deployment in by_kind(objects, "Deployment"):
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    for container in _hydrant_containers(objects):
+        parse_cli(container["command"])  # a command line the real CLI accepts
+    templates = [t for o in objects for t in pod_templates(o)]
+    for template in templates:
+        spec = template["spec"]
         for container in spec["containers"]:
-            parse_cli(container["command"])  # a command line the real CLI accepts
             for source in container.get("envFrom", []):
                 if "configMapRef" in source:
                     assert ("ConfigMap", source["configMapRef"]["name"]) in names
@@ -108,21 +154,21 @@ def test_references_between_objects_resolve(rendered: tuple[str, list[Obj]]) -> 
             claim = volume.get("persistentVolumeClaim")
             if claim:
                 assert ("PersistentVolumeClaim", claim["claimName"]) in names
-    for scaled in _by_kind(objects, "ScaledObject") + _by_kind(objects, "HorizontalPodAutoscaler"):
+    for scaled in by_kind(objects, "ScaledObject") + by_kind(objects, "HorizontalPodAutoscaler"):
         target = scaled["spec"]["scaleTargetRef"]
-        assert ("Deployment", target["name"]) in names
-    for service in _by_kind(objects, "Service"):
+        kind = target.get("kind", "Deployment")
+        assert target.get("apiVersion", "apps/v1") == SCALABLE[kind]
+        assert (kind, target["name"]) in names
+    for service in by_kind(objects, "Service"):
         selector = service["spec"]["selector"]
-        assert any(
-            selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
-            for d in _by_kind(objects, "Deployment")
-        ), service["metadata"]["name"]
+        served = [t for t in templates if selector.items() <= t["metadata"]["labels"].items()]
+        assert served, service["metadata"]["name"]
 
 
 def _workers(objects: list[Obj]) -> list[Obj]:
     return [
         d
-        for d in _by_kind(objects, "Deployment")
+        for d in by_kind(objects, "Deployment")
         if d["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"
     ]
 
@@ -132,7 +178,7 @@ def test_worker_pools_request_gpus_probe_healthz_and_pin_device_classes(
 ) -> None:
     name, objects = rendered
     workers = _workers(objects)
-    assert len(workers) == (1 if name == "base" else 2)
+    assert len(workers) == (2 if name == "example" else 1)
     classes = {}
     for worker in workers:
         model = worker["metadata"]["labels"]["hydrant.dev/model"]
@@ -152,7 +198,7 @@ def test_worker_pools_request_gpus_probe_healthz_and_pin_device_classes(
             assert container[probe]["httpGet"]["port"] in ("worker", port)
         assert container["ports"][0]["containerPort"] == port
         classes[model] = spec["nodeSelector"]["hydrant.dev/device-class"]
-        scaled = _find(objects, "ScaledObject", worker["metadata"]["name"])
+        scaled = find(objects, "ScaledObject", worker["metadata"]["name"])
         assert scaled["spec"]["minReplicaCount"] == 0  # scales to zero
         queries = {t["name"]: t for t in scaled["spec"]["triggers"]}
         assert f'model="{model}"' in queries["queue"]["metadata"]["query"]
@@ -164,7 +210,7 @@ def test_worker_pools_request_gpus_probe_healthz_and_pin_device_classes(
     if name == "example":
         # a small model on small GPUs; the large one alone on its own, tainted nodes
         assert classes == {"llama-3-8b": "nvidia-l4", "llama-3-70b": "nvidia-h100"}
-        large = pod_spec(_find(objects, "Deployment", "hydrant-worker-llama-3-70b"))
+        large = pod_spec(find(objects, "Deployment", "hydrant-worker-llama-3-70b"))
         assert large is not None
         assert large["nodeSelector"]["hydrant.dev/dedicated"] == "llama-3-70b"
         assert any(t["key"] == "hydrant.dev/dedicated" for t in large["tolerations"])
@@ -172,7 +218,7 @@ def test_worker_pools_request_gpus_probe_healthz_and_pin_device_classes(
 
 def test_only_the_gateway_reaches_workers(rendered: tuple[str, list[Obj]]) -> None:
     _, objects = rendered
-    policy = _find(objects, "NetworkPolicy", "hydrant-workers-from-gateway-only")
+    policy = find(objects, "NetworkPolicy", "hydrant-workers-from-gateway-only")
     selected = policy["spec"]["podSelector"]["matchLabels"]
     for worker in _workers(objects):
         assert selected.items() <= worker["spec"]["template"]["metadata"]["labels"].items()
@@ -201,7 +247,7 @@ def test_only_the_gateway_reaches_workers(rendered: tuple[str, list[Obj]]) -> No
 
 def test_secrets_are_templates_only(rendered: tuple[str, list[Obj]]) -> None:
     _, objects = rendered
-    secrets = _by_kind(objects, "Secret")
+    secrets = by_kind(objects, "Secret")
     assert [s["metadata"]["name"] for s in secrets] == ["hydrant-secrets"]
     data = secrets[0]["stringData"]
     assert {"HYDRANT_SECRET_KEY", "HYDRANT_WORKER_SECRET", "HYDRANT_DATABASE_URL"} <= set(data)
@@ -212,17 +258,17 @@ def test_secrets_are_templates_only(rendered: tuple[str, list[Obj]]) -> None:
 
 def test_migrations_run_once_as_a_job(rendered: tuple[str, list[Obj]]) -> None:
     _, objects = rendered
-    job = _find(objects, "Job", "hydrant-migrate")
+    job = find(objects, "Job", "hydrant-migrate")
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert parse_cli(container["command"]).name == "up"
-    config = _find(objects, "ConfigMap", "hydrant-config")["data"]
+    config = find(objects, "ConfigMap", "hydrant-config")["data"]
     assert config["HYDRANT_AUTO_MIGRATE"] == "false"  # gateways never race the migration
 
 
 def test_celery_worker_and_single_beat(rendered: tuple[str, list[Obj]]) -> None:
     _, objects = rendered
-    worker = pod_spec(_find(objects, "Deployment", "hydrant-jobs-worker"))
-    beat_deployment = _find(objects, "Deployment", "hydrant-jobs-beat")
+    worker = pod_spec(find(objects, "Deployment", "hydrant-jobs-worker"))
+    beat_deployment = find(objects, "Deployment", "hydrant-jobs-beat")
     beat = pod_spec(beat_deployment)
     assert worker is not None and beat is not None
     assert worker["containers"][0]["command"] == ["hydrant", "jobs", "worker"]
@@ -233,18 +279,18 @@ def test_celery_worker_and_single_beat(rendered: tuple[str, list[Obj]]) -> None:
 
 def test_overlay_patches_and_images_applied() -> None:
     objects = render(TREES["example"])
-    hpa = _find(objects, "HorizontalPodAutoscaler", "hydrant-gateway")
+    hpa = find(objects, "HorizontalPodAutoscaler", "hydrant-gateway")
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 20)
     assert hpa["spec"]["metrics"]  # merged, not replaced
-    config = _find(objects, "ConfigMap", "hydrant-config")["data"]
+    config = find(objects, "ConfigMap", "hydrant-config")["data"]
     assert "llama-3-70b=" in config["HYDRANT_MODELS"]
     assert config["HYDRANT_WORKER_POOLS"] == "true"  # the base's keys survive the patch
-    small = _find(objects, "ScaledObject", "hydrant-worker-llama-3-8b")
+    small = find(objects, "ScaledObject", "hydrant-worker-llama-3-8b")
     assert small["spec"]["maxReplicaCount"] == 16
     assert len(small["spec"]["triggers"]) == 2
     images = {
         c["image"]
-        for d in _by_kind(objects, "Deployment")
+        for d in by_kind(objects, "Deployment")
         for c in (pod_spec(d) or {}).get("containers", [])
     }
     assert images == {
@@ -257,7 +303,7 @@ def test_prometheus_rule_pages_on_kv_saturation(rendered: tuple[str, list[Obj]])
     _, objects = rendered
     rules: dict[str, Any] = {
         r["alert"]: r
-        for g in _by_kind(objects, "PrometheusRule")[0]["spec"]["groups"]
+        for g in by_kind(objects, "PrometheusRule")[0]["spec"]["groups"]
         for r in g["rules"]
     }
     kv = rules["HydrantKVCacheSaturated"]
@@ -273,7 +319,7 @@ def test_prometheus_rule_pages_on_kv_saturation(rendered: tuple[str, list[Obj]])
 
 def test_grafana_dashboard_is_a_labelled_config_map(rendered: tuple[str, list[Obj]]) -> None:
     _, objects = rendered
-    config_map = _find(objects, "ConfigMap", "hydrant-grafana-dashboard")
+    config_map = find(objects, "ConfigMap", "hydrant-grafana-dashboard")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     dashboard = json.loads(config_map["data"]["hydrant-overview.json"])
     assert dashboard["uid"] == "hydrant-overview"
@@ -297,16 +343,21 @@ def test_renderer_refuses_features_it_does_not_implement(tmp_path: Path) -> None
     )
     with pytest.raises(KustomizeError, match="duplicate"):
         render(tmp_path)
+    # kustomize's load restrictor: a file above the root is refused (a directory is a base)
+    inner = tmp_path / "overlay"
+    inner.mkdir()
+    (inner / "kustomization.yaml").write_text("resources: [../cm.yaml]\n", encoding="utf-8")
+    with pytest.raises(KustomizeError, match="outside"):
+        render(inner)
 
 
 def test_every_setting_is_a_real_one_and_parses(rendered: tuple[str, list[Obj]]) -> None:
     """A misspelt HYDRANT_* variable is silently ignored by the process: catch it here."""
     _, objects = rendered
-    env = dict(_find(objects, "ConfigMap", "hydrant-config")["data"])
-    env.update(_find(objects, "Secret", "hydrant-secrets")["stringData"])
-    for deployment in _by_kind(objects, "Deployment"):
-        for container in (pod_spec(deployment) or {})["containers"]:
-            env.update({e["name"]: e.get("value", "x") for e in container.get("env", [])})
+    env = dict(find(objects, "ConfigMap", "hydrant-config")["data"])
+    env.update(find(objects, "Secret", "hydrant-secrets")["stringData"])
+    for container in _hydrant_containers(objects):
+        env.update({e["name"]: e.get("value", "x") for e in container.get("env", [])})
     known = {"HYDRANT_" + f.name.upper() for f in dataclasses.fields(Settings)}
     assert set(env) <= known, sorted(set(env) - known)
     settings = load_settings(environ=env)

@@ -51,7 +51,8 @@ def queried_names() -> dict[str, set[str]]:
         for name in NAME.findall(text):
             used.setdefault(name, set()).add(where)
 
-    objects: list[Obj] = render(ROOT / "infra" / "k8s" / "overlays" / "example")
+    overlays = sorted((ROOT / "infra" / "k8s" / "overlays").iterdir())
+    objects: list[Obj] = [obj for overlay in overlays for obj in render(overlay)]
     for obj in objects:
         where = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "PrometheusRule":

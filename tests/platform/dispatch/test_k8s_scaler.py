@@ -2,78 +2,22 @@
 
 The fake stands for an external API (no cluster in CI): it records each
 PATCH and answers like the API server (the Scale object, or a Status error).
+Upstream pools (vLLM's Deployment or LeaderWorkerSet) scaled from zero by the
+gateway through it: test_upstream_scaling.py.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
+from k8s_fake_api import TOKEN, FakeApi, fake_api
 
+from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.kubernetes import KubernetesError, KubernetesScaler
 from hydrant.platform.dispatch.scaler import PoolSpec
 
-TOKEN = "sa-token-123"
-
-
-class FakeApi:
-    def __init__(self) -> None:
-        self.patches: list[dict[str, Any]] = []
-        self.deployments = {"hydrant-worker-demo"}
-
-    def handler(self) -> type[BaseHTTPRequestHandler]:
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                return None
-
-            def do_PATCH(self) -> None:  # http.server's naming
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                api.patches.append(
-                    {
-                        "path": self.path,
-                        "content_type": self.headers["content-type"],
-                        "auth": self.headers["authorization"],
-                        "body": body,
-                    }
-                )
-                name = self.path.split("/deployments/")[1].split("/")[0]
-                if self.headers["authorization"] != f"Bearer {TOKEN}":
-                    return self._send(401, {"kind": "Status", "message": "Unauthorized"})
-                if name not in api.deployments:
-                    message = f'deployments.apps "{name}" not found'
-                    return self._send(404, {"kind": "Status", "message": message})
-                self._send(200, {"kind": "Scale", "spec": body.get("spec", {})})
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
-
-
-@pytest.fixture()
-def fake_api() -> Iterator[tuple[FakeApi, str]]:
-    api = FakeApi()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), api.handler())
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield api, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
+__all__ = ["fake_api"]  # the fixture, used by name
 
 SPEC = PoolSpec(model="demo", path="/models/demo-v2", quantization="int8")
 
@@ -142,3 +86,39 @@ def test_in_cluster_settings_come_from_the_service_account(tmp_path: Path) -> No
         KubernetesScaler.from_settings(
             None, None, "default", "x", "worker", service_account=tmp_path / "none"
         )
+
+
+async def test_an_upstream_workload_is_scaled_through_its_own_resource(
+    fake_api: tuple[FakeApi, str],
+) -> None:
+    api, url = fake_api
+    base = KubernetesScaler.from_settings(url, TOKEN, "serving", "hydrant-worker-{model}", "w")
+    group = base.for_upstream("leaderworkerset/vllm-{model}")
+    await group.scale(SPEC, 1)
+    deployment = base.for_upstream("deployment/vllm-{model}")
+    await deployment.scale(SPEC, 0)
+    await base.scale(SPEC, 3)  # the worker pools' scaler is unchanged
+    assert [(p["path"], p["body"]) for p in api.patches] == [
+        (
+            "/apis/leaderworkerset.x-k8s.io/v1/namespaces/serving/leaderworkersets/vllm-demo/scale",
+            {"spec": {"replicas": 1}},
+        ),
+        ("/apis/apps/v1/namespaces/serving/deployments/vllm-demo/scale", {"spec": {"replicas": 0}}),
+        (
+            "/apis/apps/v1/namespaces/serving/deployments/hydrant-worker-demo/scale",
+            {"spec": {"replicas": 3}},
+        ),
+    ]
+    assert {p["content_type"] for p in api.patches} == {"application/merge-patch+json"}
+    missing = base.for_upstream("leaderworkerset/other-{model}")
+    with pytest.raises(KubernetesError, match=r'404.*leaderworkersets "other-demo"'):
+        await missing.scale(SPEC, 1)
+
+
+@pytest.mark.parametrize(
+    "workload", ["statefulset/vllm-{model}", "deployment/vllm", "vllm-{model}", ""]
+)
+def test_an_upstream_workload_setting_is_checked(workload: str) -> None:
+    base = KubernetesScaler.from_settings("http://k", TOKEN, "s", "hydrant-worker-{model}", "w")
+    with pytest.raises(ConfigurationError, match="HYDRANT_K8S_UPSTREAM_WORKLOAD"):
+        base.for_upstream(workload)

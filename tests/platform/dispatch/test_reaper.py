@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from hydrant.engine.protocol import EngineStats
 from hydrant.engine.worker.wire import (
     WorkerRecord,
     models_key,
@@ -145,3 +146,34 @@ async def test_exit_mode_scales_to_zero_and_drains_and_a_swap_is_left_alone(
 
 async def test_an_empty_registry_is_nothing_to_do(directory: WorkerDirectory) -> None:
     assert await reap_idle_pools(directory, FakeCalls(), FakeScaler(), 300, "sleep") == []
+
+
+async def test_an_idle_upstream_pool_goes_to_zero_only_with_an_upstream_scaler(
+    directory: WorkerDirectory,
+) -> None:
+    """vLLM members: their workload scaled to 0 (no call to them) when idle on every gateway."""
+    await register(
+        directory,
+        make("vllm-a", "big", kind="openai"),
+        make("vllm-b", "busy-big", kind="openai", stats=stats(running=2)),
+        make("vllm-c", "recent-big", kind="openai", idle_since=NOW - 30),
+    )
+    http, scaler, upstream = FakeCalls(), FakeScaler(), FakeScaler()
+    assert await reap_idle_pools(directory, http, scaler, 300, "sleep", now=NOW) == []
+    reaped = await reap_idle_pools(
+        directory, http, scaler, 300, "sleep", now=NOW, upstream=upstream
+    )
+    assert reaped == [Reaped("big", "exit", ("vllm-a",))]
+    assert upstream.asked == [("big", 0)]
+    assert scaler.asked == [] and http.calls == []
+
+
+def stats(running: int) -> EngineStats:
+    return EngineStats(
+        num_running=running,
+        num_waiting=0,
+        kv_usage=0.0,
+        num_free_blocks=0,
+        num_total_blocks=0,
+        prefix_cache_hit_rate=0.0,
+    )
