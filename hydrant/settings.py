@@ -187,6 +187,10 @@ class Settings:
     upstream_api_key_file: Path | None = None  # or read from this file (a mounted secret)
     upstream_health_s: float = 2.0  # each upstream member probed this often
     upstream_max_inflight: int = 256  # requests one member takes before the pool counts it full
+    # Fair share in front of upstream members: prompt + max_tokens this gateway has in flight on
+    # one member, the rest waits in tenant-fair order (0: no bound, no fair queue) ...
+    upstream_max_inflight_tokens: int = 65536
+    upstream_queue_timeout_s: float = 30.0  # ... at most this long, then a 503
     k8s_api_url: str | None = None
     k8s_token: str | None = None
     k8s_namespace: str = "default"

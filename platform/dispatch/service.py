@@ -22,8 +22,10 @@ from hydrant.engine.tokenizer import Tokenizer
 from hydrant.engine.worker.registration import RedisRegistryStore
 from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.directory import WorkerDirectory, WorkerSource
+from hydrant.platform.dispatch.fair_share import FairQueue
 from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
-from hydrant.platform.dispatch.pool import PoolClient, PoolOptions, WorkerPool
+from hydrant.platform.dispatch.pool import PoolOptions, WorkerPool
+from hydrant.platform.dispatch.pool_client import PoolClient
 from hydrant.platform.dispatch.routing import BLOCK_SIZE
 from hydrant.platform.dispatch.scaler import (
     LocalProcessScaler,
@@ -324,6 +326,12 @@ def upstream_pool(
             capacity=settings.upstream_max_inflight,
         )
     )
+    fair = None
+    if settings.upstream_max_inflight_tokens > 0:
+        fair = FairQueue(
+            member_tokens=settings.upstream_max_inflight_tokens,
+            timeout_s=settings.upstream_queue_timeout_s,
+        )
     return WorkerPool(
         spec=PoolSpec(model=model, path=str(path), quantization=None),
         http=http,
@@ -331,4 +339,5 @@ def upstream_pool(
         metrics=manager.metrics,
         options=replace(pool_options(settings), idle_timeout_s=0.0, start_workers=0),
         kind=backend.kind,
+        fair=fair,
     )

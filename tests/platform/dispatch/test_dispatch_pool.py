@@ -24,7 +24,8 @@ from hydrant.engine.protocol import (
 )
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.platform.dispatch.metrics import PoolMetrics
-from hydrant.platform.dispatch.pool import PoolClient, PoolOptions, WorkerLost, WorkerPool
+from hydrant.platform.dispatch.pool import PoolOptions, WorkerPool
+from hydrant.platform.dispatch.pool_client import PoolClient, WorkerLost
 from hydrant.platform.dispatch.scaler import PoolSpec
 from hydrant.platform.dispatch.worker_http import WorkerUnavailable
 from hydrant.platform.errors import ServiceUnavailable
