@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -86,7 +87,7 @@ class FairQueue:
     timeout_s: float
     vtc: VirtualTokenCounters = field(default_factory=VirtualTokenCounters)
     _waiting: dict[str, deque[Ticket]] = field(default_factory=dict)
-    _seq: itertools.count[int] = field(default_factory=itertools.count)
+    _seq: Iterator[int] = field(default_factory=itertools.count)
 
     def fits(self, inflight: int, inflight_tokens: int, tokens: int) -> bool:
         return inflight == 0 or inflight_tokens + tokens <= self.member_tokens

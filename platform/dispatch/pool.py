@@ -455,7 +455,7 @@ class WorkerPool:
             for slot in old:
                 slot.retired = True
             if not self.scaler.rolls_itself:
-                await asyncio.gather(*(self._drain(s) for s in old))
+                await asyncio.gather(*(self.drain_worker(s) for s in old))
                 await self.scaler.retire(new)
             self._notify()
             log.info("pool swapped", extra={"model": self.model, "drained": len(old)})
@@ -470,7 +470,8 @@ class WorkerPool:
             if s.record.state == "ready" and s.record.revision == spec.revision and not s.retired
         ]
 
-    async def _drain(self, slot: WorkerSlot) -> None:
+    async def drain_worker(self, slot: WorkerSlot) -> None:
+        """Ask a worker to drain (no new requests, finish those in flight, exit)."""
         try:
             await self.http.call(slot.record.address, "POST", "/drain", timeout_s=10.0)
         except WorkerUnavailable as exc:  # already gone: nothing to drain

@@ -34,10 +34,10 @@ from hydrant.platform.dispatch.scaler import (
     Scaler,
     local_worker_env,
 )
-from hydrant.platform.dispatch.upstream_health import UpstreamMonitor
+from hydrant.platform.dispatch.upstream_health import DrainMarks, UpstreamMonitor
 from hydrant.platform.dispatch.upstream_http import UpstreamHttp
 from hydrant.platform.dispatch.worker_http import WorkerHttp
-from hydrant.platform.errors import InvalidRequest, NotFound, Unprocessable
+from hydrant.platform.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from hydrant.platform.models.checkpoints import inspect_checkpoint
 from hydrant.platform.models.registry import ModelRegistry, ServedModel
 from hydrant.settings import Settings
@@ -197,6 +197,29 @@ class PoolManager:
             )
         return drained
 
+    async def drain(self, model: str, worker_id: str, drained: bool = True) -> WorkerPool:
+        """Stop routing to one member, let its requests in flight finish (`drained=False`:
+        route to it again, upstream members only: a drained worker exits)."""
+        pool = self.pool(model)
+        slot = pool.workers.get(worker_id)
+        if slot is None:
+            raise NotFound(f"the pool of `{model}` has no member `{worker_id}`", param="worker_id")
+        if pool.kind == "hydrant":
+            if not drained:
+                raise Conflict(
+                    "a drained worker exits when its requests are done: start another",
+                    code="worker_drained",
+                )
+            slot.retired = True
+            await pool.drain_worker(slot)
+            return pool
+        # The mark is in Redis and the record is published now; reading the registry back
+        # makes this gateway follow at once, the others at their next poll.
+        monitor = next(m for m in self.monitors if m.spec.model == model)
+        await monitor.drain(worker_id, drained)
+        pool.update(await self.directory.workers(model))
+        return pool
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -210,6 +233,8 @@ class PoolManager:
                 await pool.http.aclose()
         for monitor in self.monitors:
             await monitor.store.aclose()
+            if monitor.drains is not None:
+                await monitor.drains.aclose()
         await self.directory.aclose()
 
 
@@ -324,6 +349,10 @@ def upstream_pool(
             interval_s=settings.upstream_health_s,
             ttl_s=max(settings.worker_heartbeat_ttl_s, 2.5 * settings.upstream_health_s),
             capacity=settings.upstream_max_inflight,
+            drains=DrainMarks(
+                aioredis.Redis.from_url(settings.redis_url or ""),
+                f"{settings.worker_registry_prefix}:upstream-drained",
+            ),
         )
     )
     fair = None
