@@ -355,6 +355,11 @@ def upstream_pool(
             ),
         )
     )
+    if settings.upstream_max_inflight_tokens < 0 or settings.upstream_queue_timeout_s <= 0:
+        raise ConfigurationError(
+            "HYDRANT_UPSTREAM_MAX_INFLIGHT_TOKENS must be 0 (no bound) or more, and"
+            " HYDRANT_UPSTREAM_QUEUE_TIMEOUT_S more than 0"
+        )
     fair = None
     if settings.upstream_max_inflight_tokens > 0:
         fair = FairQueue(

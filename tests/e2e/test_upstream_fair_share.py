@@ -101,6 +101,7 @@ async def test_a_tenant_with_ten_times_the_load_gets_half_the_tokens(
     _, flood = gateway.tenant_key("fair-flood")
     _, light = gateway.tenant_key("fair-light")
     shares = await served_shares(gateway, {"flood": (flood, FLOOD), "light": (light, LIGHT)})
+    print(f"equal weights, {FLOOD} vs {LIGHT} outstanding: {shares}")  # shown with -s
     # First come, first served would give `light` about 1/11 of the tokens.
     assert shares["light"] == pytest.approx(0.5, rel=0.1), shares
 
@@ -112,4 +113,5 @@ async def test_a_plan_of_weight_two_gets_two_thirds_against_a_flood(
     _, flood = gateway.tenant_key("fair-flood-2")
     _, gold = gateway.tenant_key("fair-gold", plan=plan)
     shares = await served_shares(gateway, {"flood": (flood, FLOOD), "gold": (gold, LIGHT)})
+    print(f"weights 1:2, {FLOOD} vs {LIGHT} outstanding: {shares}")  # shown with -s
     assert shares["gold"] == pytest.approx(2 / 3, rel=0.1), shares
