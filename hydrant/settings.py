@@ -204,6 +204,10 @@ class Settings:
     usage_export_lease_s: float = 300.0  # a claimed record is re-sent after this unmarked
     usage_export_timeout_s: float = 10.0  # one HTTP request to the receiver
     usage_export_lookback_hours: int = 168  # late ledger entries recorded this far back
+    # Fair share in front of upstream members: prompt + max_tokens this gateway has in flight on
+    # one member, the rest waits in tenant-fair order (0: no bound, no fair queue) ...
+    upstream_max_inflight_tokens: int = 65536
+    upstream_queue_timeout_s: float = 30.0  # ... at most this long, then a 503
     k8s_api_url: str | None = None
     k8s_token: str | None = None
     k8s_namespace: str = "default"

@@ -36,7 +36,11 @@ def render_table(view: CostReportView) -> str:
     lines = [list(HEADER)]
     for row in view.data:
         bucket = row.bucket[:16].replace("T", " ") if hourly else row.bucket[:10]
-        lines.append([bucket, row.tenant_id, row.model, *_numbers(row)])
+        numbers = _numbers(row)
+        if row.device_cost_estimated:  # an upstream pool's: the gateway's estimate
+            at = NUMBER_FIELDS.index("device_cost")
+            numbers[at] = "~" + numbers[at]
+        lines.append([bucket, row.tenant_id, row.model, *numbers])
     totals = view.totals
     lines.append(["total", "", "", *_numbers(totals)])
     widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
@@ -54,6 +58,8 @@ def render_table(view: CostReportView) -> str:
         f"total charged {rounded.charged} (batch {rounded.batch_charged}), device cost"
         f" {rounded.device_cost}, margin {rounded.margin} (rounded to cents)"
     )
+    if any(row.device_cost_estimated for row in view.data):
+        footer += "\n~ device cost estimated: upstream servers report no device time"
     return "\n".join([title, *rendered, footer])
 
 
@@ -66,6 +72,7 @@ async def _run(
     model: str | None,
     group_by: str,
     output_format: str,
+    estimated_models: frozenset[str] = frozenset(),
 ) -> str:
     from hydrant.platform.auth.principal import CONSOLE
     from hydrant.platform.db.base import utcnow
@@ -74,7 +81,7 @@ async def _run(
     from hydrant.platform.reports.schemas import CostReportView
     from hydrant.platform.reports.service import open_report_service
 
-    async with open_report_service(database_url) as reports:
+    async with open_report_service(database_url, estimated_models) as reports:
         tenant_id = await reports.tenant_id_for(CONSOLE, tenant) if tenant else None
         query = build_query(
             now=utcnow(),
@@ -143,6 +150,7 @@ def report(
                 model=model,
                 group_by=group_by,
                 output_format=output_format,
+                estimated_models=frozenset(settings.upstream_pools()),
             )
         )
     except DomainError as exc:

@@ -1,8 +1,9 @@
-"""Routes: `GET /admin/pools` and `POST /admin/pools/{model}/swap` (admin keys only)."""
+"""Routes: `GET /admin/pools`, `POST /admin/pools/{model}/swap`, and draining one member
+(`POST`/`DELETE /admin/pools/{model}/workers/{worker_id}/drain`); admin keys only."""
 
 from __future__ import annotations
 
-from litestar import Controller, get, post
+from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody
 
@@ -32,3 +33,17 @@ class PoolAdminController(Controller):
         manager = pools
         drained = await manager.swap(model, data.path, data.quantization)
         return SwapResult(pool=PoolView.of(manager.pool(model)), drained=drained)
+
+    @post("/{model:str}/workers/{worker_id:str}/drain", status_code=200)
+    async def drain(
+        self, model: FromPath[str], worker_id: FromPath[str], pools: NamedDependency[PoolManager]
+    ) -> PoolView:
+        """No new requests to this member; those in flight finish (a worker then exits)."""
+        return PoolView.of(await pools.drain(model, worker_id))
+
+    @delete("/{model:str}/workers/{worker_id:str}/drain", status_code=200)
+    async def undrain(
+        self, model: FromPath[str], worker_id: FromPath[str], pools: NamedDependency[PoolManager]
+    ) -> PoolView:
+        """Route to a drained upstream member again."""
+        return PoolView.of(await pools.drain(model, worker_id, drained=False))

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -23,8 +23,9 @@ import msgspec
 
 from hydrant.engine.protocol import EngineStats, GenerateChunk, GenerateRequest
 from hydrant.engine.worker.wire import WorkerRecord
+from hydrant.platform.dispatch.fair_share import FairQueue, Ticket
 from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
-from hydrant.platform.dispatch.routing import Candidate, choose, prefix_key
+from hydrant.platform.dispatch.routing import Candidate, choose
 from hydrant.platform.dispatch.scale_down import idle_past, scale_down
 from hydrant.platform.dispatch.scaler import PoolSpec, Scaler
 from hydrant.platform.dispatch.worker_http import WorkerUnavailable
@@ -32,14 +33,7 @@ from hydrant.platform.errors import Conflict, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 4  # workers tried for one request before it gets a 503
 SCALE_OUT_INTERVAL_S = 30.0  # a new worker takes a while to come up: do not ask again at once
-
-
-class WorkerLost(ServiceUnavailable):
-    """The worker died or left while the request was streaming: the response is incomplete."""
-
-    default_code = "worker_lost"
 
 
 class MemberHttp(Protocol):
@@ -108,6 +102,8 @@ class WorkerPool:
     # this gateway's health checks (dispatch.upstream_health); never woken, slept or swapped.
     kind: Literal["hydrant", "openai"] = "hydrant"
     clock: Callable[[], float] = time.monotonic
+    # Upstream pools: bounded in-flight tokens per member, the rest waits in tenant-fair order.
+    fair: FairQueue | None = None
     workers: dict[str, WorkerSlot] = field(default_factory=dict)
     waiting: int = 0
     pinned: tuple[str, str | None] | None = None  # after a swap: only this revision serves
@@ -203,11 +199,19 @@ class WorkerPool:
     # ---- taking a worker ------------------------------------------------------------------
 
     async def acquire(
-        self, key: bytes | None, exclude: set[str], tokens: int, adapter: str | None = None
+        self,
+        key: bytes | None,
+        exclude: set[str],
+        tokens: int,
+        adapter: str | None = None,
+        ticket: Ticket | None = None,
     ) -> WorkerSlot:
         """A ready worker for one request (counted in flight), waking the pool if need be;
-        `adapter`: prefer a worker that has this LoRA adapter loaded (routing.choose)."""
+        `adapter`: prefer a worker that has this LoRA adapter loaded (routing.choose);
+        `ticket`: the request's place in the fair queue (`fair` pools only)."""
         self.last_used = self.clock()
+        if self.fair is not None and ticket is not None:
+            return await self._acquire_fair(self.fair, ticket, key, exclude, tokens)
         deadline = self.last_used + self.options.wake_timeout_s
         counted = False
         try:
@@ -240,10 +244,51 @@ class WorkerPool:
             if counted:
                 self.waiting -= 1
 
-    def release(self, slot: WorkerSlot, tokens: int) -> None:
+    async def _acquire_fair(
+        self, fair: FairQueue, ticket: Ticket, key: bytes | None, exclude: set[str], tokens: int
+    ) -> WorkerSlot:
+        """A member with room for `tokens` more, when the fair queue says it is this
+        request's turn; refused (503) after the queue's timeout."""
+        deadline = self.clock() + fair.timeout_s
+        self.waiting += 1
+        try:
+            while True:
+                ready = [s for s in self.ready() if s.worker_id not in exclude]
+                if fair.is_next(ticket):
+                    room = [s for s in ready if fair.fits(s.inflight, s.inflight_tokens, tokens)]
+                    picked = choose([s.candidate() for s in room], key)
+                    if picked is not None:
+                        slot = self.workers[picked.worker_id]
+                        slot.inflight += 1
+                        slot.inflight_tokens += tokens
+                        fair.admit(ticket)
+                        self._notify()  # the next in line may fit on another member
+                        return slot
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    raise ServiceUnavailable(
+                        f"the servers of `{self.model}` are saturated: the request waited"
+                        f" {fair.timeout_s:g} s for room and was dropped; retry later"
+                        if ready
+                        else f"no server of `{self.model}` is ready; retry shortly",
+                        code="pool_saturated" if ready else "no_worker",
+                        retry_after=max(1.0, min(30.0, fair.timeout_s / 2)),
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
+        finally:
+            self.waiting -= 1
+            if not ticket.admitted:
+                fair.abandon(ticket)
+                self._notify()  # it may have been the head: the next one goes
+
+    def release(self, slot: WorkerSlot, tokens: int, ticket: Ticket | None = None) -> None:
         slot.inflight = max(0, slot.inflight - 1)
         slot.inflight_tokens = max(0, slot.inflight_tokens - tokens)
         self.last_used = self.clock()
+        if self.fair is not None and ticket is not None:
+            self.fair.finished(ticket)
+            self._notify()  # room freed: the fair queue's next request goes
 
     def mark_unreachable(
         self, slot: WorkerSlot, seconds: float = 10.0, *, partitioned: bool = False
@@ -410,7 +455,7 @@ class WorkerPool:
             for slot in old:
                 slot.retired = True
             if not self.scaler.rolls_itself:
-                await asyncio.gather(*(self._drain(s) for s in old))
+                await asyncio.gather(*(self.drain_worker(s) for s in old))
                 await self.scaler.retire(new)
             self._notify()
             log.info("pool swapped", extra={"model": self.model, "drained": len(old)})
@@ -425,79 +470,9 @@ class WorkerPool:
             if s.record.state == "ready" and s.record.revision == spec.revision and not s.retired
         ]
 
-    async def _drain(self, slot: WorkerSlot) -> None:
+    async def drain_worker(self, slot: WorkerSlot) -> None:
+        """Ask a worker to drain (no new requests, finish those in flight, exit)."""
         try:
             await self.http.call(slot.record.address, "POST", "/drain", timeout_s=10.0)
         except WorkerUnavailable as exc:  # already gone: nothing to drain
             log.info("old worker not drained", extra={"model": self.model, "error": exc.message})
-
-
-class PoolClient:
-    """The `EngineClient` of a pooled model: dispatch with retry before the first token."""
-
-    def __init__(self, pool: WorkerPool) -> None:
-        self.pool = pool
-        self._where: dict[str, str] = {}  # request id → worker address
-
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        pool = self.pool
-        adapter = request.adapter.name if request.adapter is not None else None
-        key = prefix_key(
-            request.tenant_id,
-            request.prompt_token_ids,
-            pool.options.prefix_blocks,
-            adapter=adapter,
-        )
-        tokens = len(request.prompt_token_ids) + request.sampling.max_tokens * request.sampling.n
-        tried: set[str] = set()
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            slot = await pool.acquire(key, tried, tokens, adapter)
-            produced = False
-            self._where[request.request_id] = slot.record.address
-            try:
-                stream = pool.http.generate(slot.record.address, request)
-                async with contextlib.aclosing(stream):
-                    async for chunk in stream:
-                        produced = True
-                        yield chunk
-                return
-            except WorkerUnavailable as exc:
-                if produced:
-                    log.warning(
-                        "worker lost mid-stream",
-                        extra={
-                            "model": pool.model,
-                            "request_id": request.request_id,
-                            "reason": exc.reason,
-                        },
-                    )
-                    raise WorkerLost(
-                        "the worker running this request stopped while it was streaming;"
-                        " the response is incomplete",
-                        retry_after=1.0,
-                    ) from exc
-                if exc.reason in ("connect", "lost", "silent"):
-                    pool.mark_unreachable(slot, partitioned=exc.reason == "silent")
-                tried.add(slot.worker_id)
-                pool.metrics.retries.labels(pool.model, exc.reason).inc()
-                log.info(
-                    "dispatch retry",
-                    extra={"model": pool.model, "attempt": attempt, "reason": exc.reason},
-                )
-            finally:
-                pool.release(slot, tokens)
-                self._where.pop(request.request_id, None)
-        raise ServiceUnavailable(
-            f"no worker of `{pool.model}` could run the request; retry shortly",
-            code="no_worker",
-            retry_after=1.0,
-        )
-
-    async def abort(self, request_id: str) -> None:
-        address = self._where.get(request_id)
-        if address is not None:
-            with contextlib.suppress(WorkerUnavailable):
-                await self.pool.http.abort(address, request_id)
-
-    def stats(self) -> EngineStats:
-        return self.pool.stats()

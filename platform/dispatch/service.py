@@ -25,8 +25,10 @@ from hydrant.engine.worker.registration import RedisRegistryStore
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.directory import WorkerDirectory, WorkerSource
+from hydrant.platform.dispatch.fair_share import FairQueue
 from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
-from hydrant.platform.dispatch.pool import PoolClient, PoolOptions, WorkerPool
+from hydrant.platform.dispatch.pool import PoolOptions, WorkerPool
+from hydrant.platform.dispatch.pool_client import PoolClient
 from hydrant.platform.dispatch.routing import BLOCK_SIZE
 from hydrant.platform.dispatch.scaler import (
     LocalProcessScaler,
@@ -35,10 +37,10 @@ from hydrant.platform.dispatch.scaler import (
     Scaler,
     local_worker_env,
 )
-from hydrant.platform.dispatch.upstream_health import UpstreamMonitor
+from hydrant.platform.dispatch.upstream_health import DrainMarks, UpstreamMonitor
 from hydrant.platform.dispatch.upstream_http import UpstreamHttp
 from hydrant.platform.dispatch.worker_http import WorkerHttp
-from hydrant.platform.errors import InvalidRequest, NotFound, Unprocessable
+from hydrant.platform.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from hydrant.platform.models.checkpoints import inspect_checkpoint
 from hydrant.platform.models.registry import ModelRegistry, ServedModel
 from hydrant.settings import Settings
@@ -257,6 +259,29 @@ class PoolManager:
             )
         return drained
 
+    async def drain(self, model: str, worker_id: str, drained: bool = True) -> WorkerPool:
+        """Stop routing to one member, let its requests in flight finish (`drained=False`:
+        route to it again, upstream members only: a drained worker exits)."""
+        pool = self.pool(model)
+        slot = pool.workers.get(worker_id)
+        if slot is None:
+            raise NotFound(f"the pool of `{model}` has no member `{worker_id}`", param="worker_id")
+        if pool.kind == "hydrant":
+            if not drained:
+                raise Conflict(
+                    "a drained worker exits when its requests are done: start another",
+                    code="worker_drained",
+                )
+            slot.retired = True
+            await pool.drain_worker(slot)
+            return pool
+        # The mark is in Redis and the record is published now; reading the registry back
+        # makes this gateway follow at once, the others at their next poll.
+        monitor = next(m for m in self.monitors if m.spec.model == model)
+        await monitor.drain(worker_id, drained)
+        pool.update(await self.directory.workers(model))
+        return pool
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -270,6 +295,8 @@ class PoolManager:
                 await pool.http.aclose()
         for monitor in self.monitors:
             await monitor.store.aclose()
+            if monitor.drains is not None:
+                await monitor.drains.aclose()
         await self.directory.aclose()
 
 
@@ -385,9 +412,24 @@ def upstream_pool(
             interval_s=settings.upstream_health_s,
             ttl_s=max(settings.worker_heartbeat_ttl_s, 2.5 * settings.upstream_health_s),
             capacity=settings.upstream_max_inflight,
+            drains=DrainMarks(
+                aioredis.Redis.from_url(settings.redis_url or ""),
+                f"{settings.worker_registry_prefix}:upstream-drained",
+            ),
         )
     )
     scaler, options = upstream_scaling(settings)
+    if settings.upstream_max_inflight_tokens < 0 or settings.upstream_queue_timeout_s <= 0:
+        raise ConfigurationError(
+            "HYDRANT_UPSTREAM_MAX_INFLIGHT_TOKENS must be 0 (no bound) or more, and"
+            " HYDRANT_UPSTREAM_QUEUE_TIMEOUT_S more than 0"
+        )
+    fair = None
+    if settings.upstream_max_inflight_tokens > 0:
+        fair = FairQueue(
+            member_tokens=settings.upstream_max_inflight_tokens,
+            timeout_s=settings.upstream_queue_timeout_s,
+        )
     return WorkerPool(
         spec=PoolSpec(model=model, path=str(path), quantization=None),
         http=http,
@@ -395,4 +437,5 @@ def upstream_pool(
         metrics=manager.metrics,
         options=options,
         kind=backend.kind,
+        fair=fair,
     )

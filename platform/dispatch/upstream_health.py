@@ -12,6 +12,12 @@ member write the same record (its id is derived from its URL).
 The load a member reports (vLLM's `/metrics`: requests running and waiting,
 KV cache usage) goes into the record's stats, so least-loaded routing sees
 what other gateways sent too; a server without those metrics still serves.
+
+An admin drains a member (`POST /admin/pools/{model}/workers/{id}/drain`) as
+it drains a worker: no new requests, those in flight finish. A worker drains
+itself and publishes `draining`; an upstream server cannot, so the drain is a
+mark in Redis (`DrainMarks`) that every gateway's monitor reads each round and
+publishes the member's record as `draining` while it stands.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import msgspec
+import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
 from hydrant.engine.protocol import EngineStats
@@ -83,6 +91,29 @@ def served_entry(models_body: Any, model: str) -> dict[str, Any] | None:
 
 
 @dataclass
+class DrainMarks:
+    """The upstream members an admin drained: one Redis set, so every gateway follows."""
+
+    client: aioredis.Redis
+    key: str
+
+    async def members(self) -> set[str]:
+        return {
+            m.decode() if isinstance(m, bytes) else str(m)
+            for m in await self.client.smembers(self.key)
+        }
+
+    async def mark(self, worker_id: str) -> None:
+        await self.client.sadd(self.key, worker_id)
+
+    async def clear(self, worker_id: str) -> None:
+        await self.client.srem(self.key, worker_id)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+@dataclass
 class UpstreamMonitor:
     """Probes one upstream pool's members and keeps their registry records."""
 
@@ -93,6 +124,7 @@ class UpstreamMonitor:
     ttl_s: float = 5.0
     capacity: int = 256
     probe_timeout_s: float = 3.0
+    drains: DrainMarks | None = None
     _first_seen: dict[str, float] = field(default_factory=dict)
     _healthy: dict[str, bool] = field(default_factory=dict)
     _busy_at: dict[str, float] = field(default_factory=dict)
@@ -160,8 +192,11 @@ class UpstreamMonitor:
     async def check(self) -> None:
         """One round: every member probed at once, its record written or removed."""
         records = await asyncio.gather(*(self.probe(url) for url in self.spec.urls))
+        drained = await self.drains.members() if self.drains is not None else set()
         for url, record in zip(self.spec.urls, records, strict=True):
             if record is not None:
+                if record.worker_id in drained:
+                    record = msgspec.structs.replace(record, state="draining")
                 await self.store.publish(record, self.ttl_s)
             else:
                 await self.store.remove(self._placeholder(url))
@@ -177,6 +212,13 @@ class UpstreamMonitor:
             path=url,
             kind=self.spec.kind,
         )
+
+    async def drain(self, worker_id: str, drained: bool = True) -> None:
+        """Mark (or unmark) a member drained for every gateway, and publish it now."""
+        if self.drains is None:
+            raise RuntimeError("this monitor keeps no drain marks")
+        await (self.drains.mark(worker_id) if drained else self.drains.clear(worker_id))
+        await self.check()
 
     async def run(self) -> None:
         while True:

@@ -31,13 +31,16 @@ from hydrant.platform.reports.csv_export import (
 from hydrant.platform.reports.query import build_query
 from hydrant.platform.reports.schemas import CostReportView, UsageView
 from hydrant.platform.reports.service import CostReport, ReportService
+from hydrant.settings import Settings
 
 FORMATS = ("json", "csv")
 Format = Annotated[str, QueryParameter(name="format")]  # `format` is a builtin
 
 
-async def provide_report_service(db_session: NamedDependency[AsyncSession]) -> ReportService:
-    return ReportService(db_session)
+async def provide_report_service(
+    db_session: NamedDependency[AsyncSession], settings: NamedDependency[Settings]
+) -> ReportService:
+    return ReportService(db_session, frozenset(settings.upstream_pools()))
 
 
 def _check_format(output_format: str) -> str:

@@ -68,6 +68,9 @@ class AggregateRow:
     # Of those, the Batch API's lines (ledger entries with a batch_id, at the batch price).
     batch_requests: int = 0
     batch_charged: Decimal = Decimal(0)
+    # The device cost is the gateway's estimate (an upstream pool's model: its servers report
+    # no device time; dispatch.upstream_cost apportions their wall time), not a measurement.
+    device_cost_estimated: bool = False
 
     @property
     def margin(self) -> Decimal:

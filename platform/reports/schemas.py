@@ -60,6 +60,7 @@ class CostRow(Struct, kw_only=True):
     charged: str
     device_seconds: str
     device_cost: str
+    device_cost_estimated: bool  # an upstream pool's model: the gateway's estimate
     margin: str
     batch_requests: int  # of `requests`, the Batch API's lines
     batch_charged: str  # of `charged`, theirs (at the batch price)
@@ -77,6 +78,7 @@ class CostRow(Struct, kw_only=True):
             charged=money_text(row.charged),
             device_seconds=seconds_text(row.device_seconds),
             device_cost=money_text(row.device_cost),
+            device_cost_estimated=row.device_cost_estimated,
             margin=money_text(row.margin),
             batch_requests=row.batch_requests,
             batch_charged=money_text(row.batch_charged),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -63,12 +63,22 @@ class CostReport:
 
 
 class ReportService:
-    def __init__(self, session: AsyncSession) -> None:
+    """`estimated_models`: the models served by upstream pools, whose rows' device cost is
+    marked as an estimate (taken from the configured pool kind, so a model that moved
+    between kinds is marked by what serves it now)."""
+
+    def __init__(
+        self, session: AsyncSession, estimated_models: frozenset[str] = frozenset()
+    ) -> None:
         self._session = session
+        self._estimated = estimated_models
 
     async def costs(self, principal: Principal, query: ReportQuery) -> CostReport:
         """The report as `principal` may see it: a tenant only ever gets its own rows."""
-        rows = await repository.aggregate(self._session, principal, query)
+        rows = [
+            replace(r, device_cost_estimated=True) if r.model in self._estimated else r
+            for r in await repository.aggregate(self._session, principal, query)
+        ]
         return CostReport(query=query, rows=rows, totals=ReportTotals.of(rows))
 
     async def tenant_id_for(self, principal: Principal, ref: str) -> str:
@@ -80,11 +90,13 @@ class ReportService:
 
 
 @asynccontextmanager
-async def open_report_service(database_url: str) -> AsyncIterator[ReportService]:
+async def open_report_service(
+    database_url: str, estimated_models: frozenset[str] = frozenset()
+) -> AsyncIterator[ReportService]:
     """The same service outside a request (the CLI, jobs): its own pool, one unit of work."""
     database = Database(database_url)
     try:
         async with database.session() as session:
-            yield ReportService(session)
+            yield ReportService(session, estimated_models)
     finally:
         await database.dispose()

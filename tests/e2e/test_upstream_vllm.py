@@ -23,7 +23,8 @@ from worker_stack import redis_prefix
 from hydrant.engine.protocol import EngineStats, GenerateRequest, Sampling
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.platform.dispatch.metrics import PoolMetrics
-from hydrant.platform.dispatch.pool import PoolClient, PoolOptions, WorkerPool
+from hydrant.platform.dispatch.pool import PoolOptions, WorkerPool
+from hydrant.platform.dispatch.pool_client import PoolClient
 from hydrant.platform.dispatch.scaler import NoScaler, PoolSpec
 from hydrant.platform.dispatch.upstream_http import UpstreamHttp
 

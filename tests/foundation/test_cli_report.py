@@ -137,3 +137,19 @@ def test_an_unmigrated_database_says_what_to_do(data_dir: Path) -> None:
     result = invoke(data_dir)
     assert result.exit_code == 1
     assert "hydrant migrate" in result.output
+
+
+def test_table_marks_an_upstream_models_device_cost_as_an_estimate(
+    data_dir: Path, ledger: dict[str, str]
+) -> None:
+    env = {
+        **env_for(data_dir),
+        "HYDRANT_MODELS": f"beta={data_dir / 'beta-tokenizer'}",
+        "HYDRANT_POOL_BACKENDS": "beta=openai:http://vllm-beta:8000",
+    }
+    args = ["--since", "2026-03-05", "--until", "2026-03-06"]
+    result = CliRunner().invoke(report, args, obj=CliContext(config_file=None), env=env)
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[2]: line.split() for line in result.output.splitlines()[2:4]}
+    assert "~1.000000" in rows["beta"] and not any(c.startswith("~") for c in rows["alpha"])
+    assert result.output.splitlines()[-1].startswith("~ device cost estimated")

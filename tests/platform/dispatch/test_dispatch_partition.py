@@ -19,7 +19,8 @@ from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, GenerateRequest,
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.errors import ConfigurationError
 from hydrant.platform.dispatch.metrics import PoolMetrics
-from hydrant.platform.dispatch.pool import PoolClient, WorkerPool
+from hydrant.platform.dispatch.pool import WorkerPool
+from hydrant.platform.dispatch.pool_client import PoolClient
 from hydrant.platform.dispatch.scaler import NoScaler, PoolSpec
 from hydrant.platform.dispatch.service import build_pools
 from hydrant.platform.dispatch.worker_http import WorkerUnavailable

@@ -24,7 +24,8 @@ from hydrant.engine.protocol import (
 )
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.platform.dispatch.metrics import PoolMetrics
-from hydrant.platform.dispatch.pool import PoolClient, PoolOptions, WorkerLost, WorkerPool
+from hydrant.platform.dispatch.pool import PoolOptions, WorkerPool
+from hydrant.platform.dispatch.pool_client import PoolClient, WorkerLost
 from hydrant.platform.dispatch.scaler import PoolSpec
 from hydrant.platform.dispatch.worker_http import WorkerUnavailable
 from hydrant.platform.errors import ServiceUnavailable
@@ -282,3 +283,27 @@ async def test_an_adapter_request_goes_to_the_worker_whose_heartbeat_lists_it() 
         async for _ in client.generate(request):
             pass
     assert {address for address, path in http.calls if path == "/generate"} == {"http://w2"}
+
+
+async def test_admin_drain_of_a_worker_asks_it_to_drain_and_stops_routing_to_it() -> None:
+    """`POST /admin/pools/{model}/workers/{id}/drain` on a Hydrant worker: the same `/drain`
+    a swap sends; it cannot be undone (the worker exits), and an unknown id is a 404."""
+    from hydrant.platform.dispatch.service import PoolManager
+    from hydrant.platform.errors import Conflict, NotFound
+
+    pool, http, scaler = make_pool()
+    pool.update([record("w0"), record("w1")])
+    manager = PoolManager(
+        directory=None,  # type: ignore[arg-type]  # not read for a worker's drain
+        http=http,  # type: ignore[arg-type]
+        scaler=scaler,  # type: ignore[arg-type]
+        metrics=pool.metrics,
+        pools={"demo": pool},
+    )
+    await manager.drain("demo", "w0")
+    assert ("http://w0", "/drain") in http.calls
+    assert [s.worker_id for s in pool.ready()] == ["w1"]
+    with pytest.raises(Conflict):
+        await manager.drain("demo", "w0", drained=False)
+    with pytest.raises(NotFound):
+        await manager.drain("demo", "w9")

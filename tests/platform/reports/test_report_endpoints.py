@@ -71,6 +71,7 @@ async def test_admin_cost_report_json(cp: ControlPlane) -> None:
         "charged": "0.666667",
         "device_seconds": "1.000000000",
         "device_cost": "0.600001",
+        "device_cost_estimated": False,  # measured: no upstream pool serves alpha
         "margin": "0.066666",
         "batch_requests": 1,
         "batch_charged": "0.333334",

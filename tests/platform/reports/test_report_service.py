@@ -174,3 +174,23 @@ async def test_tenant_reference_by_id_or_name(db: Database) -> None:
             await service.tenant_id_for(CONSOLE, "initech")
         with pytest.raises(NotFound):  # a tenant cannot even resolve another tenant's name
             await service.tenant_id_for(tenant_principal(tenants["acme"]), "globex")
+
+
+async def test_an_upstream_models_device_cost_is_marked_an_estimate_in_json_and_csv(
+    db: Database,
+) -> None:
+    """Rows of a model served by an upstream pool carry the mark; the others do not."""
+    from hydrant.platform.reports.csv_export import cost_report_csv
+
+    await seed(db, rows_of=40)
+    query = ReportQuery(since=BASE, until=BASE + timedelta(days=10), group_by="day")
+    async with db.session() as session:
+        result = await ReportService(session, frozenset({"beta"})).costs(CONSOLE, query)
+    view = CostReportView.of(result)
+    assert {r.model for r in view.data} == {"alpha", "beta"}
+    assert all(r.device_cost_estimated == (r.model == "beta") for r in view.data)
+    lines = cost_report_csv(result).splitlines()
+    header = lines[0].split(",")
+    at, model_at = header.index("device_cost_estimated"), header.index("model")
+    cells = [line.split(",") for line in lines[1:]]
+    assert {(c[model_at], c[at]) for c in cells} == {("alpha", "False"), ("beta", "True")}
