@@ -138,6 +138,10 @@ class ApiKey(Base):
     rotated_from_id: Mapped[str | None] = mapped_column(
         ForeignKey("api_keys.id", ondelete="SET NULL")
     )
+    # The project it belongs to (migration 0016); NULL: a tenant-level key. No ON DELETE
+    # clause: projects are archived, never deleted, and SQLite does not reflect the
+    # options of the column-level REFERENCES the migration adds (as `tenants.plan_id`).
+    project_id: Mapped[str | None] = mapped_column(ForeignKey("projects.id"), index=True)
 
 
 class ModelDeployment(Base):
@@ -219,6 +223,14 @@ class LedgerEntry(Base):
     # `model_id` stays the base model (its device ran the request), `price_id` is the
     # adapter's own price version when it has one.
     adapter: Mapped[str | None] = mapped_column(String(64))
+    # Attribution below the tenant (migration 0016). `project_id` is the key's project when
+    # the request ran (no foreign key, as `batch_id`: the entry keeps what was true then).
+    # `end_user` is the HMAC of the request's `user`/`safety_identifier` under the server
+    # secret (ledger/attribution.py), never the raw id; `tags` the request's checked tags,
+    # a flat string-to-string object that reports group by one key of.
+    project_id: Mapped[str | None] = mapped_column(String(40))
+    end_user: Mapped[str | None] = mapped_column(String(64))
+    tags: Mapped[dict[str, str] | None] = mapped_column(JSON)
 
     __table_args__ = (
         CheckConstraint("status IN ('finished', 'stopped', 'aborted', 'failed')", name="status"),
@@ -229,6 +241,7 @@ class LedgerEntry(Base):
         Index(None, "tenant_id", "finished_at"),
         Index(None, "model_id", "finished_at"),
         Index(None, "batch_id"),
+        Index(None, "project_id", "finished_at"),
     )
 
 
@@ -376,6 +389,9 @@ class StoredResponse(Base):
 
 
 # Imported here so that every table is on the metadata whenever the models are.
+# --- Projects (issue #26): attribution below the tenant (db/project_models.py) -----------
+from hydrant.platform.db.project_models import Project as Project  # noqa: E402
+
 # --- LoRA adapters (issue #28): registered per base model (db/adapter_models.py) ----------
 from hydrant.platform.db.adapter_models import Adapter as Adapter  # noqa: E402
 
