@@ -390,8 +390,6 @@ class StoredResponse(Base):
 
 # Imported here so that every table is on the metadata whenever the models are.
 # --- Projects (issue #26): attribution below the tenant (db/project_models.py) -----------
-from hydrant.platform.db.project_models import Project as Project  # noqa: E402
-
 # --- LoRA adapters (issue #28): registered per base model (db/adapter_models.py) ----------
 from hydrant.platform.db.adapter_models import Adapter as Adapter  # noqa: E402
 
@@ -418,3 +416,4 @@ from hydrant.platform.db.invoice_models import InvoiceCounter as InvoiceCounter 
 from hydrant.platform.db.invoice_models import InvoiceItem as InvoiceItem  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceLine as InvoiceLine  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceSend as InvoiceSend  # noqa: E402
+from hydrant.platform.db.project_models import Project as Project  # noqa: E402

@@ -33,6 +33,8 @@ class KeyCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     tenant_id: str | None
     name: Annotated[str, Meta(max_length=200)] = ""
     expires_at: AwareDateTime | None = None
+    # The tenant's project the key belongs to, by id or name; None: a tenant-level key.
+    project: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
 
 
 class KeyRotate(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -56,6 +58,7 @@ class KeyView(Struct, kw_only=True):
     grace_until: datetime | None
     last_used_at: datetime | None
     rotated_from_id: str | None
+    project_id: str | None = None
 
     @classmethod
     def of(cls, key: ApiKey, now: datetime) -> KeyView:
@@ -72,6 +75,7 @@ class KeyView(Struct, kw_only=True):
             grace_until=key.grace_until,
             last_used_at=key.last_used_at,
             rotated_from_id=key.rotated_from_id,
+            project_id=key.project_id,
         )
 
 

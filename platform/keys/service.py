@@ -24,6 +24,7 @@ from hydrant.platform.db.models import ApiKey
 from hydrant.platform.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from hydrant.platform.keys import repository
 from hydrant.platform.keys.schemas import MAX_GRACE_S, key_status
+from hydrant.platform.projects.service import ProjectService
 from hydrant.platform.tenants import repository as tenants
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class KeyService:
         self._env = key_env
         self._cache = cache
         self._clock = clock
+        self._projects = ProjectService(session, cache=cache)
 
     def now(self) -> datetime:
         return self._clock()
@@ -58,8 +60,10 @@ class KeyService:
         name: str = "",
         expires_at: datetime | None = None,
         rotated_from: ApiKey | None = None,
+        project: str | None = None,
     ) -> tuple[ApiKey, str]:
-        """A new key and its secret (the only time the secret is available)."""
+        """A new key and its secret (the only time the secret is available). `project`: the
+        tenant's active project it belongs to (id or name); a rotated key keeps its own."""
         self._require_admin(principal)
         if expires_at is not None and expires_at <= self.now():
             raise InvalidRequest("expires_at is in the past", param="expires_at")
@@ -67,6 +71,11 @@ class KeyService:
             tenant = await tenants.get_tenant(self._session, principal, tenant_id)
             if tenant is None:
                 raise NotFound(f"no tenant {tenant_id!r}", param="tenant_id")
+        project_id = rotated_from.project_id if rotated_from is not None else None
+        if project is not None:
+            if tenant_id is None:
+                raise InvalidRequest("an admin key belongs to no project", param="project")
+            project_id = (await self._projects.for_new_key(principal, tenant_id, project)).id
         scope = INFERENCE_SCOPE if tenant_id is not None else ADMIN_SCOPE
         for _ in range(PREFIX_ATTEMPTS):
             generated = generate_key(self._env)
@@ -82,6 +91,7 @@ class KeyService:
             scopes=scope,
             expires_at=expires_at,
             rotated_from_id=rotated_from.id if rotated_from is not None else None,
+            project_id=project_id,
             created_at=self.now(),
         )
         self._session.add(key)

@@ -220,6 +220,10 @@ _LIMIT_WORDS = {
     "tokens_month": "monthly token budget",
     "spend_day": "daily spend budget",
     "spend_month": "monthly spend budget",
+    "project_tokens_day": "daily token budget of this key's project",
+    "project_tokens_month": "monthly token budget of this key's project",
+    "project_spend_day": "daily spend budget of this key's project",
+    "project_spend_month": "monthly spend budget of this key's project",
 }
 
 
@@ -343,6 +347,7 @@ class QuotaGate:
                 requests=prompts,
                 at=ctx.started_at,
                 credit=standing,
+                project=ctx.project,
             )
             admission = await self.backend.admit(checks) if checks else None
             if standing is not None and admission is not None and not admission.metered:

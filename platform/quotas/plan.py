@@ -22,7 +22,7 @@ from hydrant.platform.quotas.checks import (
 )
 from hydrant.platform.quotas.credit_check import CREDIT, CreditStanding, credit_check
 from hydrant.platform.quotas.periods import BudgetPeriod, period_window
-from hydrant.platform.quotas.policy import PlanPolicy
+from hydrant.platform.quotas.policy import PlanPolicy, ProjectQuota
 from hydrant.platform.quotas.tiers import TierDecision
 
 KEY_RATE = "key_rate"
@@ -31,8 +31,12 @@ TENANT_TPM = "tenant_tpm"
 CONCURRENCY = "concurrency"
 TOKENS_DAY, TOKENS_MONTH = "tokens_day", "tokens_month"
 SPEND_DAY, SPEND_MONTH = "spend_day", "spend_month"
-_TOKEN_CHECKS = (TENANT_TPM, TOKENS_DAY, TOKENS_MONTH)
-_MONEY_CHECKS = (SPEND_DAY, SPEND_MONTH, CREDIT)
+# A project's budgets (quotas/policy.py `ProjectQuota`): the same periods, their own names
+# and counters, reserved in the same atomic call as the tenant's.
+PROJECT_TOKENS_DAY, PROJECT_TOKENS_MONTH = "project_tokens_day", "project_tokens_month"
+PROJECT_SPEND_DAY, PROJECT_SPEND_MONTH = "project_spend_day", "project_spend_month"
+_TOKEN_CHECKS = (TENANT_TPM, TOKENS_DAY, TOKENS_MONTH, PROJECT_TOKENS_DAY, PROJECT_TOKENS_MONTH)
+_MONEY_CHECKS = (SPEND_DAY, SPEND_MONTH, CREDIT, PROJECT_SPEND_DAY, PROJECT_SPEND_MONTH)
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ def build_checks(
     lease_s: float = 900.0,
     requests: int = 1,
     credit: CreditStanding | None = None,
+    project: ProjectQuota | None = None,
 ) -> tuple[Check, ...]:
     """The checks for one request, reserving its maximum tokens and cost.
 
@@ -95,6 +100,7 @@ def build_checks(
     tier rate counts prompts, since each is a sequence of that size on the device; the
     tenant's requests per minute count the HTTP request once, as OpenAI counts a batch.
     `credit`: a prepaid tenant's standing; its maximum cost is reserved against them.
+    `project`: the key's project's budgets, reserved beside the tenant's.
     """
     tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
     _require_id(key_id, "key_id")
@@ -112,9 +118,58 @@ def build_checks(
     if quota.max_concurrent is not None:
         checks.append(ConcurrencyCheck(CONCURRENCY, f"{tag}:conc", quota.max_concurrent, lease_s))
     checks.extend(budget_checks(tag, quota, reserve_tokens, micros, at, lease_s))
+    if project is not None and project.limited:
+        checks.extend(project_budget_checks(tag, project, reserve_tokens, micros, at, lease_s))
     if credit is not None:
         checks.append(credit_check(tag, credit, reserve_money, at, lease_s))
     return tuple(checks)
+
+
+def project_budget_checks(
+    tag: str,
+    project: ProjectQuota,
+    reserve_tokens: int,
+    micros: int,
+    at: datetime,
+    lease_s: float,
+) -> list[BudgetCheck]:
+    """A project's budgets: counters of their own under the tenant's hash tag (one slot)."""
+    budgets: list[tuple[str, int | None, int, str, BudgetPeriod]] = [
+        (PROJECT_TOKENS_DAY, project.tokens_per_day, reserve_tokens, "tokens", BudgetPeriod.DAY),
+        (
+            PROJECT_TOKENS_MONTH,
+            project.tokens_per_month,
+            reserve_tokens,
+            "tokens",
+            BudgetPeriod.MONTH,
+        ),
+        (PROJECT_SPEND_DAY, _micros(project.spend_per_day), micros, "spend", BudgetPeriod.DAY),
+        (
+            PROJECT_SPEND_MONTH,
+            _micros(project.spend_per_month),
+            micros,
+            "spend",
+            BudgetPeriod.MONTH,
+        ),
+    ]
+    prefix = f"{tag}:project:{_require_id(project.project_id, 'project_id')}"
+    return _period_checks(prefix, budgets, at, lease_s)
+
+
+def _period_checks(
+    prefix: str,
+    budgets: list[tuple[str, int | None, int, str, BudgetPeriod]],
+    at: datetime,
+    lease_s: float,
+) -> list[BudgetCheck]:
+    checks = []
+    for name, limit, amount, unit, period in budgets:
+        if limit is None:
+            continue
+        window = period_window(period, at)
+        key = f"{prefix}:{unit}:{period}:{window.label}"
+        checks.append(BudgetCheck(name, key, limit, amount, window.end.timestamp(), lease_s))
+    return checks
 
 
 def budget_checks(
@@ -126,14 +181,7 @@ def budget_checks(
         (SPEND_DAY, _micros(quota.spend_per_day), micros, "spend", BudgetPeriod.DAY),
         (SPEND_MONTH, _micros(quota.spend_per_month), micros, "spend", BudgetPeriod.MONTH),
     ]
-    checks = []
-    for name, limit, amount, unit, period in budgets:
-        if limit is None:
-            continue
-        window = period_window(period, at)
-        key = f"{tag}:{unit}:{period}:{window.label}"
-        checks.append(BudgetCheck(name, key, limit, amount, window.end.timestamp(), lease_s))
-    return checks
+    return _period_checks(tag, budgets, at, lease_s)
 
 
 def batch_checks(
