@@ -27,7 +27,7 @@ CSV_MEDIA_TYPE = "text/csv"  # Litestar adds `; charset=utf-8` to text/* types
 
 
 def _cell(column: str, value: object) -> str:
-    text = str(value)
+    text = "" if value is None else str(value)  # a group without the attribution: empty
     if column in _TEXT_COLUMNS and text.startswith(_FORMULA_STARTS):
         return "'" + text
     return text

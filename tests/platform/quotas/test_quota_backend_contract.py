@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from decimal import Decimal
+
 import pytest
 from quota_helpers import ManualClock
 
@@ -14,9 +17,14 @@ from hydrant.platform.quotas import (
     LimitUsage,
     QuotaBackend,
     QuotaExceeded,
+    TenantQuota,
     WindowCheck,
     WindowState,
+    build_checks,
+    classify,
+    settle_amounts,
 )
+from hydrant.platform.quotas.policy import ProjectQuota
 
 DAY_END = 1_750_000_000.0 + 3_600.0
 
@@ -292,3 +300,37 @@ async def test_a_budget_never_counts_less_than_its_floor(backend: QuotaBackend) 
     lower = BudgetCheck("credit", "{t1}:credit", 100, 10, DAY_END, 900.0, floor=20)
     await backend.admit([lower])  # a stale, lower floor takes nothing back
     assert await backend.usage(lower) == LimitUsage(used=60, reserved=40)
+
+
+async def test_a_project_budget_stricter_than_the_tenants_refuses_first(
+    backend: QuotaBackend,
+) -> None:
+    """A project's budgets ride in the same atomic call as the tenant's (quotas/plan.py):
+    its own counter refuses while the tenant's has room, and a refusal reserves nothing
+    in either; another project of the tenant is untouched."""
+    at = datetime(2026, 12, 5, 12, tzinfo=UTC)
+    tenant = TenantQuota(tokens_per_day=1_000)
+
+    def checks(project: str, limit: int) -> tuple[Check, ...]:
+        return build_checks(
+            tenant_id="t1",
+            key_id="k1",
+            tier=classify(10, 10),
+            quota=tenant,
+            reserve_tokens=20,
+            reserve_money=Decimal(0),
+            at=at,
+            project=ProjectQuota(project, tokens_per_day=limit),
+        )
+
+    first = await backend.admit(checks("proj_a", 30))
+    await backend.settle(first, settle_amounts(first, tokens=20, money=Decimal(0)))
+    error = await refused(backend, *checks("proj_a", 30))
+    assert error.refusal.limit_name == "project_tokens_day"
+    tenant_day, project_day = (
+        next(c for c in checks("proj_a", 30) if c.name == name)
+        for name in ("tokens_day", "project_tokens_day")
+    )
+    assert await backend.usage(tenant_day) == LimitUsage(used=20, reserved=0)
+    assert await backend.usage(project_day) == LimitUsage(used=20, reserved=0)
+    await backend.admit(checks("proj_b", 30))  # another project: its own counter
