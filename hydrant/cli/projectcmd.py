@@ -22,6 +22,8 @@ PROJECT_COLUMNS = (
     "tenant_id",
     "name",
     "status",
+    "requests_per_minute",
+    "tokens_per_minute",
     "tokens_per_day",
     "tokens_per_month",
     "spend_per_day",
@@ -37,6 +39,8 @@ def projects() -> None:
 @projects.command("add")
 @click.argument("tenant")
 @click.argument("name")
+@click.option("--requests-per-minute", type=click.IntRange(min=0), help="Request rate.")
+@click.option("--tokens-per-minute", type=click.IntRange(min=0), help="Token rate.")
 @click.option("--tokens-per-day", type=click.IntRange(min=0), help="Daily token budget.")
 @click.option("--tokens-per-month", type=click.IntRange(min=0), help="Monthly token budget.")
 @click.option("--spend-per-day", help='Daily spend budget, e.g. "5.00".')
@@ -47,17 +51,21 @@ def projects_add(
     cli: CliContext,
     tenant: str,
     name: str,
+    requests_per_minute: int | None,
+    tokens_per_minute: int | None,
     tokens_per_day: int | None,
     tokens_per_month: int | None,
     spend_per_day: str | None,
     spend_per_month: str | None,
     as_json: bool,
 ) -> None:
-    """Add a project NAME to TENANT (id or name)."""
+    """Add a project NAME to TENANT (id or name), with optional rates and budgets."""
     from hydrant.platform.projects.schemas import ProjectCreate, ProjectView
 
     fields = {
         "name": name,
+        "requests_per_minute": requests_per_minute,
+        "tokens_per_minute": tokens_per_minute,
         "tokens_per_day": tokens_per_day,
         "tokens_per_month": tokens_per_month,
         "spend_per_day": spend_per_day,

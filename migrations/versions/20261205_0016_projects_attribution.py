@@ -31,6 +31,8 @@ def upgrade() -> None:
         sa.Column("tenant_id", sa.String(length=40), nullable=False),
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("requests_per_minute", sa.Integer(), nullable=True),
+        sa.Column("tokens_per_minute", sa.BigInteger(), nullable=True),
         sa.Column("tokens_per_day", sa.BigInteger(), nullable=True),
         sa.Column("tokens_per_month", sa.BigInteger(), nullable=True),
         sa.Column("spend_per_day", sa.Numeric(precision=20, scale=6), nullable=True),
@@ -47,6 +49,11 @@ def upgrade() -> None:
             " AND (spend_per_day IS NULL OR spend_per_day >= 0)"
             " AND (spend_per_month IS NULL OR spend_per_month >= 0)",
             name=op.f("ck_projects_budgets"),
+        ),
+        sa.CheckConstraint(
+            "(requests_per_minute IS NULL OR requests_per_minute >= 0)"
+            " AND (tokens_per_minute IS NULL OR tokens_per_minute >= 0)",
+            name=op.f("ck_projects_limits"),
         ),
         sa.CheckConstraint("status IN ('active', 'archived')", name=op.f("ck_projects_status")),
         sa.ForeignKeyConstraint(

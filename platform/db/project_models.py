@@ -3,7 +3,8 @@
 A key belongs to at most one project (`api_keys.project_id`); NULL is a tenant-level
 key, which is what every key made before projects existed stays (no default project is
 invented: a report would have to explain a project nobody made). A project's budgets
-are limits beside the plan's tenant budgets: the strictest that applies refuses first.
+and rates are limits beside the plan's tenant ones: the strictest that applies refuses
+first.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hydrant.platform.db.base import MONEY, Base, UTCDateTime, new_id, utcnow
@@ -28,7 +29,9 @@ class Project(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(100))
     status: Mapped[str] = mapped_column(String(16), default="active")
-    # Budgets per period, NULL = none (the plan's tenant budgets still apply).
+    # Rates per minute and budgets per period, NULL = none (the plan's still apply).
+    requests_per_minute: Mapped[int | None] = mapped_column(Integer)
+    tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger)
     tokens_per_day: Mapped[int | None] = mapped_column(BigInteger)
     tokens_per_month: Mapped[int | None] = mapped_column(BigInteger)
     spend_per_day: Mapped[Decimal | None] = mapped_column(MONEY)
@@ -39,6 +42,11 @@ class Project(Base):
     __table_args__ = (
         UniqueConstraint("tenant_id", "name"),
         CheckConstraint("status IN ('active', 'archived')", name="status"),
+        CheckConstraint(
+            "(requests_per_minute IS NULL OR requests_per_minute >= 0)"
+            " AND (tokens_per_minute IS NULL OR tokens_per_minute >= 0)",
+            name="limits",
+        ),
         CheckConstraint(
             "(tokens_per_day IS NULL OR tokens_per_day >= 0)"
             " AND (tokens_per_month IS NULL OR tokens_per_month >= 0)"

@@ -1,6 +1,6 @@
 """Bodies of the projects API (`/admin/tenants/{id}/projects`, `/account/projects`).
 
-Budgets are NULL for none; money travels as decimal strings (prices/decimal_text.py).
+Rates and budgets are NULL for none; money travels as decimal strings (prices/decimal_text.py).
 In an update a field left out is unchanged and `null` clears it.
 """
 
@@ -17,10 +17,13 @@ from hydrant.platform.prices.decimal_text import DecimalText, format_decimal
 
 ProjectName = Annotated[str, Meta(min_length=1, max_length=100)]
 BigCount = Annotated[int, Meta(ge=0, le=2**62)]
+Count = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 
 
 class ProjectCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     name: ProjectName
+    requests_per_minute: Count | None = None
+    tokens_per_minute: BigCount | None = None
     tokens_per_day: BigCount | None = None
     tokens_per_month: BigCount | None = None
     spend_per_day: DecimalText | None = None
@@ -29,6 +32,8 @@ class ProjectCreate(Struct, kw_only=True, forbid_unknown_fields=True):
 
 class ProjectUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
     name: ProjectName | UnsetType = UNSET
+    requests_per_minute: Count | UnsetType | None = UNSET
+    tokens_per_minute: BigCount | UnsetType | None = UNSET
     tokens_per_day: BigCount | UnsetType | None = UNSET
     tokens_per_month: BigCount | UnsetType | None = UNSET
     spend_per_day: DecimalText | UnsetType | None = UNSET
@@ -41,6 +46,8 @@ class ProjectView(Struct, kw_only=True):
     tenant_id: str
     name: str
     status: str
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
     tokens_per_day: int | None
     tokens_per_month: int | None
     spend_per_day: str | None
@@ -58,6 +65,8 @@ class ProjectView(Struct, kw_only=True):
             tenant_id=project.tenant_id,
             name=project.name,
             status=project.status,
+            requests_per_minute=project.requests_per_minute,
+            tokens_per_minute=project.tokens_per_minute,
             tokens_per_day=project.tokens_per_day,
             tokens_per_month=project.tokens_per_month,
             spend_per_day=money(project.spend_per_day),

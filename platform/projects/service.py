@@ -25,7 +25,13 @@ from hydrant.platform.tenants import repository as tenants
 from hydrant.platform.tenants.schemas import changes
 
 _MONEY_FIELDS = ("spend_per_day", "spend_per_month")
-_BUDGET_FIELDS = ("tokens_per_day", "tokens_per_month", *_MONEY_FIELDS)
+_BUDGET_FIELDS = (
+    "requests_per_minute",
+    "tokens_per_minute",
+    "tokens_per_day",
+    "tokens_per_month",
+    *_MONEY_FIELDS,
+)
 
 
 def _budget_values(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -220,6 +220,8 @@ _LIMIT_WORDS = {
     "tokens_month": "monthly token budget",
     "spend_day": "daily spend budget",
     "spend_month": "monthly spend budget",
+    "project_rpm": "requests per minute for this key's project",
+    "project_tpm": "tokens per minute for this key's project",
     "project_tokens_day": "daily token budget of this key's project",
     "project_tokens_month": "monthly token budget of this key's project",
     "project_spend_day": "daily spend budget of this key's project",

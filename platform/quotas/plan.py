@@ -35,7 +35,15 @@ SPEND_DAY, SPEND_MONTH = "spend_day", "spend_month"
 # and counters, reserved in the same atomic call as the tenant's.
 PROJECT_TOKENS_DAY, PROJECT_TOKENS_MONTH = "project_tokens_day", "project_tokens_month"
 PROJECT_SPEND_DAY, PROJECT_SPEND_MONTH = "project_spend_day", "project_spend_month"
-_TOKEN_CHECKS = (TENANT_TPM, TOKENS_DAY, TOKENS_MONTH, PROJECT_TOKENS_DAY, PROJECT_TOKENS_MONTH)
+PROJECT_RPM, PROJECT_TPM = "project_rpm", "project_tpm"
+_TOKEN_CHECKS = (
+    TENANT_TPM,
+    TOKENS_DAY,
+    TOKENS_MONTH,
+    PROJECT_TPM,
+    PROJECT_TOKENS_DAY,
+    PROJECT_TOKENS_MONTH,
+)
 _MONEY_CHECKS = (SPEND_DAY, SPEND_MONTH, CREDIT, PROJECT_SPEND_DAY, PROJECT_SPEND_MONTH)
 
 
@@ -119,10 +127,31 @@ def build_checks(
         checks.append(ConcurrencyCheck(CONCURRENCY, f"{tag}:conc", quota.max_concurrent, lease_s))
     checks.extend(budget_checks(tag, quota, reserve_tokens, micros, at, lease_s))
     if project is not None and project.limited:
+        checks.extend(project_rate_checks(tag, project, reserve_tokens))
         checks.extend(project_budget_checks(tag, project, reserve_tokens, micros, at, lease_s))
     if credit is not None:
         checks.append(credit_check(tag, credit, reserve_money, at, lease_s))
     return tuple(checks)
+
+
+def _project_prefix(tag: str, project: ProjectQuota) -> str:
+    return f"{tag}:project:{_require_id(project.project_id, 'project_id')}"
+
+
+def project_rate_checks(tag: str, project: ProjectQuota, reserve_tokens: int) -> list[WindowCheck]:
+    """A project's requests and tokens per minute: windows of their own, beside the
+    tenant's (the HTTP request counts once, as for the tenant's requests per minute)."""
+    prefix = _project_prefix(tag, project)
+    checks = []
+    if project.requests_per_minute is not None:
+        checks.append(WindowCheck(PROJECT_RPM, f"{prefix}:rpm", project.requests_per_minute, 60.0))
+    if project.tokens_per_minute is not None:
+        checks.append(
+            WindowCheck(
+                PROJECT_TPM, f"{prefix}:tpm", project.tokens_per_minute, 60.0, reserve_tokens
+            )
+        )
+    return checks
 
 
 def project_budget_checks(
@@ -152,8 +181,7 @@ def project_budget_checks(
             BudgetPeriod.MONTH,
         ),
     ]
-    prefix = f"{tag}:project:{_require_id(project.project_id, 'project_id')}"
-    return _period_checks(prefix, budgets, at, lease_s)
+    return _period_checks(_project_prefix(tag, project), budgets, at, lease_s)
 
 
 def _period_checks(

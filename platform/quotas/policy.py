@@ -69,13 +69,16 @@ class PlanPolicy:
 
 @dataclass(frozen=True)
 class ProjectQuota:
-    """A project's budgets (migration 0016), a snapshot like `PlanPolicy`; None: none.
+    """A project's rates and budgets (migration 0016), a snapshot like `PlanPolicy`;
+    None: none.
 
-    They are checked beside the plan's tenant budgets in the same atomic call, so a
-    request passes only if every budget that applies has room: the strictest wins.
+    They are checked beside the plan's tenant limits in the same atomic call, so a
+    request passes only if every limit that applies has room: the strictest wins.
     """
 
     project_id: str
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
     tokens_per_day: int | None = None
     tokens_per_month: int | None = None
     spend_per_day: Decimal | None = None
@@ -85,6 +88,8 @@ class ProjectQuota:
     def from_row(cls, project: Project) -> ProjectQuota:
         return cls(
             project_id=project.id,
+            requests_per_minute=project.requests_per_minute,
+            tokens_per_minute=project.tokens_per_minute,
             tokens_per_day=project.tokens_per_day,
             tokens_per_month=project.tokens_per_month,
             spend_per_day=project.spend_per_day,
@@ -96,6 +101,8 @@ class ProjectQuota:
         return any(
             value is not None
             for value in (
+                self.requests_per_minute,
+                self.tokens_per_minute,
                 self.tokens_per_day,
                 self.tokens_per_month,
                 self.spend_per_day,

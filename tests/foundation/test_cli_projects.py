@@ -42,9 +42,20 @@ def run(data_dir: Path) -> Callable[..., Result]:
 def test_add_list_key_in_project_archive(run: Callable[..., Result]) -> None:
     run("tenants", "create", "acme")
     made = json.loads(
-        run("projects", "add", "acme", "web", "--spend-per-day", "2.5", "--json").stdout
+        run(
+            "projects",
+            "add",
+            "acme",
+            "web",
+            "--spend-per-day",
+            "2.5",
+            "--requests-per-minute",
+            "60",
+            "--json",
+        ).stdout
     )[0]
     assert (made["name"], made["status"], made["spend_per_day"]) == ("web", "active", "2.500000")
+    assert made["requests_per_minute"] == 60
     listing = run("projects", "list", "acme").stdout.splitlines()
     assert listing[0].split("\t")[:3] == ["id", "tenant_id", "name"]
     assert listing[1].split("\t")[2] == "web"

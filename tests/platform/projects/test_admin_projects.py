@@ -35,6 +35,7 @@ async def test_create_list_update_archive_and_refusals(cp: ControlPlane) -> None
         ({"name": "x", "spend_per_day": 0.5}, 400, None),  # a float: money is a string
         ({"name": "x", "spend_per_day": "0.1234567"}, 400, "spend_per_day"),
         ({"name": "x", "tokens_per_day": -1}, 400, None),
+        ({"name": "x", "requests_per_minute": -1}, 400, None),
         ({"name": "x", "colour": "red"}, 400, None),
     ]
     for body, status, param in cases:
@@ -49,12 +50,18 @@ async def test_create_list_update_archive_and_refusals(cp: ControlPlane) -> None
 
     renamed = await cp.client.patch(
         f"{base}/{project['id']}",
-        json={"name": "site", "tokens_per_month": 1000, "spend_per_day": None},
+        json={
+            "name": "site",
+            "tokens_per_month": 1000,
+            "spend_per_day": None,
+            "requests_per_minute": 30,
+        },
         headers=cp.admin,
     )
     assert renamed.status_code == 200, renamed.text
     body = renamed.json()
     assert (body["name"], body["tokens_per_month"], body["spend_per_day"]) == ("site", 1000, None)
+    assert body["requests_per_minute"] == 30 and body["tokens_per_minute"] is None
     by_name = await cp.client.get(f"{base}/site", headers=cp.admin)
     assert by_name.json()["id"] == project["id"]
 

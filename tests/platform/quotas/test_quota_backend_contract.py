@@ -25,6 +25,7 @@ from hydrant.platform.quotas import (
     settle_amounts,
 )
 from hydrant.platform.quotas.policy import ProjectQuota
+from hydrant.platform.quotas.rate_headers import rate_limit_headers
 
 DAY_END = 1_750_000_000.0 + 3_600.0
 
@@ -334,3 +335,33 @@ async def test_a_project_budget_stricter_than_the_tenants_refuses_first(
     assert await backend.usage(tenant_day) == LimitUsage(used=20, reserved=0)
     assert await backend.usage(project_day) == LimitUsage(used=20, reserved=0)
     await backend.admit(checks("proj_b", 30))  # another project: its own counter
+
+
+async def test_a_project_rate_refuses_and_names_itself_in_the_headers(
+    backend: QuotaBackend,
+) -> None:
+    at = datetime(2026, 12, 5, 12, tzinfo=UTC)
+
+    def checks() -> tuple[Check, ...]:
+        return build_checks(
+            tenant_id="t1",
+            key_id="k1",
+            tier=classify(10, 10),
+            quota=TenantQuota(requests_per_minute=100),
+            reserve_tokens=20,
+            reserve_money=Decimal(0),
+            at=at,
+            project=ProjectQuota("proj_a", requests_per_minute=2),
+        )
+
+    admitted = await backend.admit(checks())
+    # The tighter per-minute window (the project's, 1 left) is what the headers describe.
+    assert rate_limit_headers(admitted.windows)["x-ratelimit-remaining-requests"] == "1"
+    await backend.admit(checks())
+    error = await refused(backend, *checks())
+    assert error.refusal.limit_name == "project_rpm"
+    headers = rate_limit_headers(error.windows, "project_rpm", error.refusal.retry_after_s)
+    assert (headers["x-ratelimit-limit-requests"], headers["x-ratelimit-remaining-requests"]) == (
+        "2",
+        "0",
+    )
