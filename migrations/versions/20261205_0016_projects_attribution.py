@@ -84,6 +84,15 @@ def upgrade() -> None:
                 batch_op.f("fk_api_keys_project_id_projects"), "projects", ["project_id"], ["id"]
             )
 
+    # A key's own budgets: native ADD COLUMNs (no CHECK, which would rebuild the table).
+    op.add_column("api_keys", sa.Column("tokens_per_day", sa.BigInteger(), nullable=True))
+    op.add_column("api_keys", sa.Column("tokens_per_month", sa.BigInteger(), nullable=True))
+    op.add_column(
+        "api_keys", sa.Column("spend_per_day", sa.Numeric(precision=20, scale=6), nullable=True)
+    )
+    op.add_column(
+        "api_keys", sa.Column("spend_per_month", sa.Numeric(precision=20, scale=6), nullable=True)
+    )
     op.add_column("ledger_entries", sa.Column("project_id", sa.String(length=40), nullable=True))
     op.add_column("ledger_entries", sa.Column("end_user", sa.String(length=64), nullable=True))
     op.add_column("ledger_entries", sa.Column("tags", sa.JSON(), nullable=True))
@@ -100,6 +109,8 @@ def downgrade() -> None:
     op.drop_column("ledger_entries", "tags")
     op.drop_column("ledger_entries", "end_user")
     op.drop_column("ledger_entries", "project_id")
+    for column in ("spend_per_month", "spend_per_day", "tokens_per_month", "tokens_per_day"):
+        op.drop_column("api_keys", column)
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
         # SQLite cannot drop a column with a REFERENCES clause, so `api_keys` is rebuilt;

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from hydrant.platform.quotas.policy import PlanPolicy, ProjectQuota
+from hydrant.platform.quotas.policy import KeyQuota, PlanPolicy, ProjectQuota
 
 INFERENCE_SCOPE: Final = "inference"
 ADMIN_SCOPE: Final = "admin"
@@ -33,6 +33,7 @@ class Principal:
     timezone: str = "UTC"
     # The key's project (its id and budgets); None: a tenant-level key.
     project: ProjectQuota | None = field(default=None, compare=False)
+    key_quota: KeyQuota | None = field(default=None, compare=False)  # the key's budgets
 
     @property
     def project_id(self) -> str | None:

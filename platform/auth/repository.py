@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.db.models import DEFAULT_PLAN_ID, ApiKey, Plan, Project, Tenant
-from hydrant.platform.quotas.policy import PlanPolicy, ProjectQuota
+from hydrant.platform.quotas.policy import KeyQuota, PlanPolicy, ProjectQuota
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class KeyRecord:
     timezone: str
     plan: PlanPolicy | None
     project: ProjectQuota | None = None  # the key's project (None: a tenant-level key)
+    key_quota: KeyQuota | None = None  # the key's own budgets (None: none)
 
     def usable_at(self, now: datetime) -> bool:
         """Not revoked, not expired, and (if rotated) still within its grace period."""
@@ -71,4 +72,5 @@ async def find_key_record(session: AsyncSession, prefix: str) -> KeyRecord | Non
         timezone=timezone or "UTC",
         plan=PlanPolicy.from_row(plan) if has_tenant and plan is not None else None,
         project=ProjectQuota.from_row(project) if project is not None else None,
+        key_quota=KeyQuota.of(key),
     )

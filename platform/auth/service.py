@@ -218,4 +218,5 @@ def _principal(record: KeyRecord) -> Principal:
         plan=plan,
         timezone=record.timezone,
         project=record.project,
+        key_quota=record.key_quota,
     )

@@ -142,6 +142,13 @@ class ApiKey(Base):
     # clause: projects are archived, never deleted, and SQLite does not reflect the
     # options of the column-level REFERENCES the migration adds (as `tenants.plan_id`).
     project_id: Mapped[str | None] = mapped_column(ForeignKey("projects.id"), index=True)
+    # The key's own budgets (migration 0016), NULL = none; checked beside its project's and
+    # its tenant's. No CHECK (>= 0): on SQLite one would rebuild `api_keys`; the API
+    # refuses negative values.
+    tokens_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    tokens_per_month: Mapped[int | None] = mapped_column(BigInteger)
+    spend_per_day: Mapped[Decimal | None] = mapped_column(MONEY)
+    spend_per_month: Mapped[Decimal | None] = mapped_column(MONEY)
 
 
 class ModelDeployment(Base):

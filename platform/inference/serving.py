@@ -97,6 +97,7 @@ def _context(
         adapter=model.adapter.name.rpartition(":")[2] if model.adapter else None,
         attribution=attribution,
         project=principal.project,
+        key_quota=principal.key_quota,
     )
 
 

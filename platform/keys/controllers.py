@@ -47,6 +47,7 @@ class KeyAdminController(Controller):
             name=data.name,
             expires_at=data.expires_at,
             project=data.project,
+            budgets=data.budgets(),
         )
         return CreatedKey(key=KeyView.of(key, keys.now()), secret=secret)
 

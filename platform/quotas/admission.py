@@ -18,7 +18,7 @@ from hydrant.platform.billing.pricing import adapter_model_name
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.ledger.accounting import Outcome
 from hydrant.platform.ledger.attribution import Attribution
-from hydrant.platform.quotas.policy import PlanPolicy, ProjectQuota
+from hydrant.platform.quotas.policy import KeyQuota, PlanPolicy, ProjectQuota
 
 # The engine priority of a Batch API line: background, so the scheduler computes it only in
 # steps where no interactive request runs, and preempts it first when KV blocks run out.
@@ -84,6 +84,7 @@ class RequestContext(Generic[P]):
     attribution: Attribution | None = None
     # The key's project's budgets, checked beside the plan's tenant budgets (quotas/plan.py).
     project: ProjectQuota | None = None
+    key_quota: KeyQuota | None = None  # the key's own budgets
 
     @property
     def public_model(self) -> str:

@@ -22,7 +22,7 @@ from hydrant.platform.quotas.checks import (
 )
 from hydrant.platform.quotas.credit_check import CREDIT, CreditStanding, credit_check
 from hydrant.platform.quotas.periods import BudgetPeriod, period_window
-from hydrant.platform.quotas.policy import PlanPolicy, ProjectQuota
+from hydrant.platform.quotas.policy import KeyQuota, PlanPolicy, ProjectQuota
 from hydrant.platform.quotas.tiers import TierDecision
 
 KEY_RATE = "key_rate"
@@ -36,7 +36,11 @@ SPEND_DAY, SPEND_MONTH = "spend_day", "spend_month"
 PROJECT_TOKENS_DAY, PROJECT_TOKENS_MONTH = "project_tokens_day", "project_tokens_month"
 PROJECT_SPEND_DAY, PROJECT_SPEND_MONTH = "project_spend_day", "project_spend_month"
 PROJECT_RPM, PROJECT_TPM = "project_rpm", "project_tpm"
+KEY_TOKENS_DAY, KEY_TOKENS_MONTH = "key_tokens_day", "key_tokens_month"
+KEY_SPEND_DAY, KEY_SPEND_MONTH = "key_spend_day", "key_spend_month"
 _TOKEN_CHECKS = (
+    KEY_TOKENS_DAY,
+    KEY_TOKENS_MONTH,
     TENANT_TPM,
     TOKENS_DAY,
     TOKENS_MONTH,
@@ -44,7 +48,15 @@ _TOKEN_CHECKS = (
     PROJECT_TOKENS_DAY,
     PROJECT_TOKENS_MONTH,
 )
-_MONEY_CHECKS = (SPEND_DAY, SPEND_MONTH, CREDIT, PROJECT_SPEND_DAY, PROJECT_SPEND_MONTH)
+_MONEY_CHECKS = (
+    SPEND_DAY,
+    SPEND_MONTH,
+    CREDIT,
+    PROJECT_SPEND_DAY,
+    PROJECT_SPEND_MONTH,
+    KEY_SPEND_DAY,
+    KEY_SPEND_MONTH,
+)
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,7 @@ def build_checks(
     requests: int = 1,
     credit: CreditStanding | None = None,
     project: ProjectQuota | None = None,
+    key_quota: KeyQuota | None = None,
 ) -> tuple[Check, ...]:
     """The checks for one request, reserving its maximum tokens and cost.
 
@@ -108,7 +121,8 @@ def build_checks(
     tier rate counts prompts, since each is a sequence of that size on the device; the
     tenant's requests per minute count the HTTP request once, as OpenAI counts a batch.
     `credit`: a prepaid tenant's standing; its maximum cost is reserved against them.
-    `project`: the key's project's budgets, reserved beside the tenant's.
+    `project`: the key's project's rates and budgets; `key_quota`: the key's own budgets; each
+    reserved beside the tenant's.
     """
     tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
     _require_id(key_id, "key_id")
@@ -129,9 +143,27 @@ def build_checks(
     if project is not None and project.limited:
         checks.extend(project_rate_checks(tag, project, reserve_tokens))
         checks.extend(project_budget_checks(tag, project, reserve_tokens, micros, at, lease_s))
+    if key_quota is not None:
+        checks.extend(key_budget_checks(tag, key_quota, reserve_tokens, micros, at, lease_s))
     if credit is not None:
         checks.append(credit_check(tag, credit, reserve_money, at, lease_s))
     return tuple(checks)
+
+
+def key_budget_checks(
+    tag: str, key: KeyQuota, reserve_tokens: int, micros: int, at: datetime, lease_s: float
+) -> list[BudgetCheck]:
+    """A key's own budgets: counters of their own under the tenant's hash tag. A rotated
+    key's successor has its own id, so its counters start afresh."""
+    day, month = BudgetPeriod.DAY, BudgetPeriod.MONTH
+    budgets: list[tuple[str, int | None, int, str, BudgetPeriod]] = [
+        (KEY_TOKENS_DAY, key.tokens_per_day, reserve_tokens, "tokens", day),
+        (KEY_TOKENS_MONTH, key.tokens_per_month, reserve_tokens, "tokens", month),
+        (KEY_SPEND_DAY, _micros(key.spend_per_day), micros, "spend", day),
+        (KEY_SPEND_MONTH, _micros(key.spend_per_month), micros, "spend", month),
+    ]
+    prefix = f"{tag}:keybudget:{_require_id(key.key_id, 'key_id')}"
+    return _period_checks(prefix, budgets, at, lease_s)
 
 
 def _project_prefix(tag: str, project: ProjectQuota) -> str:

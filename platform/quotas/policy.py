@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from hydrant.platform.db.models import Plan, Project
+from hydrant.platform.db.models import ApiKey, Plan, Project
 from hydrant.platform.quotas.tiers import TierPolicy
 
 
@@ -109,3 +109,28 @@ class ProjectQuota:
                 self.spend_per_month,
             )
         )
+
+
+@dataclass(frozen=True)
+class KeyQuota:
+    """A key's own budgets (migration 0016), checked beside its project's and tenant's."""
+
+    key_id: str
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    spend_per_day: Decimal | None = None
+    spend_per_month: Decimal | None = None
+
+    @classmethod
+    def of(cls, key: ApiKey) -> KeyQuota | None:
+        """The key's budgets; None when it sets none (the hot path then checks nothing)."""
+        quota = cls(
+            key_id=key.id,
+            tokens_per_day=key.tokens_per_day,
+            tokens_per_month=key.tokens_per_month,
+            spend_per_day=key.spend_per_day,
+            spend_per_month=key.spend_per_month,
+        )
+        limits = (quota.tokens_per_day, quota.tokens_per_month)
+        money = (quota.spend_per_day, quota.spend_per_month)
+        return quota if any(v is not None for v in (*limits, *money)) else None

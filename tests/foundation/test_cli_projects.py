@@ -62,8 +62,14 @@ def test_add_list_key_in_project_archive(run: Callable[..., Result]) -> None:
     duplicate = run("projects", "add", "acme", "web", ok=False)
     assert duplicate.exit_code != 0 and "already has a project named" in duplicate.output
 
-    key = json.loads(run("keys", "create", "--tenant", "acme", "--project", "web", "--json").stdout)
+    key = json.loads(
+        run(
+            "keys", "create", "--tenant", "acme", "--project", "web", "--spend-per-day", "1",
+            "--json",
+        ).stdout
+    )  # fmt: skip
     assert key["key"]["project_id"] == made["id"]
+    assert key["key"]["spend_per_day"] == "1.000000"
 
     assert "archived" in run("projects", "archive", "acme", "web").stdout
     assert run("projects", "list", "acme").stdout.splitlines()[1:] == []

@@ -90,8 +90,11 @@ async def test_keys_join_a_project_and_keep_it_when_rotated(cp: ControlPlane) ->
         )
     ).json()
 
-    key, _ = await cp.create_key(tenant["id"], project="web")  # by name
+    key, _ = await cp.create_key(
+        tenant["id"], project="web", tokens_per_day=100, spend_per_month="2.5"
+    )  # by name, with budgets of its own
     assert key["project_id"] == project["id"]
+    assert (key["tokens_per_day"], key["spend_per_month"]) == (100, "2.500000")
     plain, _ = await cp.create_key(tenant["id"])
     assert plain["project_id"] is None  # a tenant-level key
     rotated = await cp.client.post(f"/admin/keys/{key['id']}/rotate", json={}, headers=cp.admin)
@@ -99,11 +102,15 @@ async def test_keys_join_a_project_and_keep_it_when_rotated(cp: ControlPlane) ->
     new_id = rotated.json()["key"]["id"]
     stored = await cp.execute(select(ApiKey.project_id).where(ApiKey.id == new_id))
     assert stored == project["id"]
+    assert rotated.json()["key"]["tokens_per_day"] == 100  # the budgets go with it
 
     refused = [
         ({"tenant_id": tenant["id"], "project": foreign["id"]}, 404),  # another tenant's
         ({"tenant_id": tenant["id"], "project": "nope"}, 404),
         ({"tenant_id": None, "project": "web"}, 400),  # an admin key has no project
+        ({"tenant_id": None, "tokens_per_day": 5}, 400),  # nor budgets
+        ({"tenant_id": tenant["id"], "spend_per_day": "-1"}, 400),
+        ({"tenant_id": tenant["id"], "tokens_per_day": -1}, 400),
     ]
     for body, status in refused:
         response = await cp.client.post("/admin/keys", json=body, headers=cp.admin)

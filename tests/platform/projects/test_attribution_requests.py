@@ -210,7 +210,7 @@ async def test_bad_tags_and_user_ids_are_a_400_naming_the_param(
     assert await gateway.entries() == []  # refused before it ran: nothing to record
 
 
-async def test_a_project_budget_stricter_than_the_tenants_refuses_first(
+async def test_project_and_key_budgets_stricter_than_the_tenants_refuse_first(
     gateway: Gateway,
 ) -> None:
     tight = await gateway.client.patch(
@@ -225,6 +225,17 @@ async def test_a_project_budget_stricter_than_the_tenants_refuses_first(
         )
     assert info.value.code == "project_tokens_day"
     assert "project" in info.value.message
+    # A key's own budget refuses it while its project and tenant have room.
+    made = await gateway.client.post(
+        "/admin/keys",
+        json={"tenant_id": gateway.tenant_id, "tokens_per_day": 5},
+        headers=gateway.admin,
+    )
+    with pytest.raises(openai.RateLimitError) as info:
+        await _oai(gateway.client, made.json()["secret"]).chat.completions.create(
+            model="demo", messages=MESSAGES, max_tokens=4
+        )
+    assert info.value.code == "key_tokens_day"
     # The tenant's own budget has room: its tenant-level key is served.
     served = await gateway.tenant_oai.chat.completions.create(
         model="demo", messages=MESSAGES, max_tokens=4

@@ -24,7 +24,7 @@ from hydrant.platform.quotas import (
     classify,
     settle_amounts,
 )
-from hydrant.platform.quotas.policy import ProjectQuota
+from hydrant.platform.quotas.policy import KeyQuota, ProjectQuota
 from hydrant.platform.quotas.rate_headers import rate_limit_headers
 
 DAY_END = 1_750_000_000.0 + 3_600.0
@@ -365,3 +365,27 @@ async def test_a_project_rate_refuses_and_names_itself_in_the_headers(
         "2",
         "0",
     )
+
+
+async def test_a_key_budget_refuses_while_its_project_and_tenant_have_room(
+    backend: QuotaBackend,
+) -> None:
+    at = datetime(2026, 12, 5, 12, tzinfo=UTC)
+
+    def checks(key_id: str) -> tuple[Check, ...]:
+        return build_checks(
+            tenant_id="t1",
+            key_id=key_id,
+            tier=classify(1000, 24),  # the limited tier: its per-key rate is checked too
+            quota=TenantQuota(tokens_per_day=1_000),
+            reserve_tokens=20,
+            reserve_money=Decimal(0),
+            at=at,
+            project=ProjectQuota("proj_a", tokens_per_day=500),
+            key_quota=KeyQuota(key_id, tokens_per_day=30),
+        )
+
+    await backend.admit(checks("k1"))
+    error = await refused(backend, *checks("k1"))
+    assert error.refusal.limit_name == "key_tokens_day"
+    await backend.admit(checks("k2"))  # another key of the same project: its own budget
