@@ -58,6 +58,7 @@ from hydrant.platform.invoices.controllers import (
 from hydrant.platform.keys.controllers import AccountKeysController, KeyAdminController
 from hydrant.platform.metrics import bearer_token_guard, metrics_route
 from hydrant.platform.prices.controllers import PriceBookController
+from hydrant.platform.projects.controllers import AccountProjectsController, ProjectAdminController
 from hydrant.platform.reconciliation.controllers import ReconciliationController
 from hydrant.platform.reports.controllers import CostReportController, UsageController
 from hydrant.platform.reports.organization_api import OrganizationUsageController
@@ -102,6 +103,8 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         InvoiceAdminController,  # /admin/tenants/{id}/invoices
         InvoiceFinalizeController,  # POST /admin/invoices/finalize?month=YYYY-MM
         BillingCustomerController,  # /admin/tenants/{id}/billing-customer (usage export)
+        ProjectAdminController,  # /admin/tenants/{id}/projects (attribution, budgets)
+        AccountProjectsController,  # /account/projects: a tenant's own
         CostReportController,
         ReconciliationController,  # /admin/reports/reconciliation?day=YYYY-MM-DD (issue #26)
         UsageController,

@@ -27,6 +27,8 @@ from hydrant.platform.keys.deps import provide_key_service
 from hydrant.platform.keys.service import KeyService
 from hydrant.platform.prices.deps import provide_price_service
 from hydrant.platform.prices.service import PriceService
+from hydrant.platform.projects.deps import provide_project_service
+from hydrant.platform.projects.service import ProjectService
 from hydrant.platform.tenants.deps import provide_plan_service, provide_tenant_service
 from hydrant.platform.tenants.plan_service import PlanService
 from hydrant.platform.tenants.service import TenantService
@@ -44,6 +46,7 @@ class AdminServices:
     credits: CreditService
     adapters: AdapterService
     invoices: InvoiceService
+    projects: ProjectService
 
 
 @asynccontextmanager
@@ -66,6 +69,7 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
                 # No catalog here: gateways see the change within HYDRANT_ADAPTER_REFRESH_S.
                 adapters=await provide_adapter_service(session, authenticator, None),
                 invoices=await provide_invoice_service(session, database, settings),
+                projects=await provide_project_service(session, authenticator),
             )
     finally:
         await database.dispose()

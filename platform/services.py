@@ -53,6 +53,7 @@ from hydrant.platform.inference.service import InferenceService
 from hydrant.platform.job_table import BATCH_PERIODIC, JOB_TABLE
 from hydrant.platform.jobs.context import JobContext
 from hydrant.platform.keys.service import store_bootstrap_key
+from hydrant.platform.ledger.attribution import EndUserHasher
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
 from hydrant.platform.mail.mailer import Mailer, make_mailer
@@ -120,6 +121,7 @@ class InferenceServices:
     pools: PoolManager | None = None
     credit_book: CreditBook | None = None  # prepaid credits: admission and payment
     adapters: AdapterCatalog | None = None  # the LoRA adapters requests may name
+    end_users: EndUserHasher | None = None  # the ledger's hashed end-user ids
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -131,6 +133,7 @@ class InferenceServices:
             responses=self.responses,
             default_max_tokens=self.settings.default_max_tokens,
             adapters=self.adapters,
+            end_users=self.end_users,
         )
 
     @classmethod
@@ -177,8 +180,9 @@ class InferenceServices:
             database, settings.responses_store_days, ResponseSealer(server_secret)
         )
         adapters = AdapterCatalog(database, settings.adapter_refresh_s)
+        end_users = EndUserHasher(server_secret)
         api = InferenceApi(
-            registry, inference, abuse, responses, settings.default_max_tokens, adapters
+            registry, inference, abuse, responses, settings.default_max_tokens, adapters, end_users
         )
         lines = LineSealer(server_secret)
         if pools is not None:  # the devices they hold, for the cost reconciliation
@@ -214,6 +218,7 @@ class InferenceServices:
             pools=pools,
             credit_book=credit_book,
             adapters=adapters,
+            end_users=end_users,
         )
 
     async def start(self) -> None:

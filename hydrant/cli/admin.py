@@ -72,7 +72,16 @@ def _cell(value: object) -> str:
 
 
 TENANT_COLUMNS = ("id", "name", "status", "plan_id", "timezone", "contact_email")
-KEY_COLUMNS = ("id", "prefix", "tenant_id", "scopes", "status", "name", "expires_at")
+KEY_COLUMNS = (
+    "id",
+    "prefix",
+    "tenant_id",
+    "project_id",
+    "scopes",
+    "status",
+    "name",
+    "expires_at",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
@@ -214,6 +223,10 @@ def _print_secret(
 @click.option("--admin", "admin_key", is_flag=True, help="An admin key (no tenant).")
 @click.option("--name", default="", help="A label, e.g. where the key is used.")
 @click.option("--expires-in-days", type=click.IntRange(min=1), help="Expire after N days.")
+@click.option("--project", help="The tenant's project the key belongs to (id or name).")
+@click.option("--tokens-per-day", type=click.IntRange(min=0), help="The key's daily token budget.")
+@click.option("--spend-per-day", help='The key\'s daily spend budget, e.g. "5.00".')
+@click.option("--spend-per-month", help="The key's monthly spend budget.")
 @json_option
 @pass_context
 def keys_create(
@@ -222,6 +235,10 @@ def keys_create(
     admin_key: bool,
     name: str,
     expires_in_days: int | None,
+    project: str | None,
+    tokens_per_day: int | None,
+    spend_per_day: str | None,
+    spend_per_month: str | None,
     as_json: bool,
 ) -> None:
     """Create an API key for a tenant (or an admin key); prints its secret once."""
@@ -234,7 +251,16 @@ def keys_create(
     async def work(s: AdminServices) -> tuple[KeyView, str]:
         tenant_id = (await s.tenants.find(s.principal, tenant)).id if tenant else None
         key, secret = await s.keys.create(
-            s.principal, tenant_id=tenant_id, name=name, expires_at=expires
+            s.principal,
+            tenant_id=tenant_id,
+            name=name,
+            expires_at=expires,
+            project=project,
+            budgets={
+                "tokens_per_day": tokens_per_day,
+                "spend_per_day": spend_per_day,
+                "spend_per_month": spend_per_month,
+            },
         )
         return KeyView.of(key, s.keys.now()), secret
 

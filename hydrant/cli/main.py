@@ -16,6 +16,7 @@ from hydrant.cli.database import migrate
 from hydrant.cli.jobscmd import jobs
 from hydrant.cli.modelcmds import capacity, demo_model, models
 from hydrant.cli.preflightcmd import preflight
+from hydrant.cli.projectcmd import projects
 from hydrant.cli.reportcmd import report
 from hydrant.cli.serve import serve
 from hydrant.cli.workercmd import worker
@@ -65,6 +66,7 @@ for command in (
     migrate,
     tenants,
     keys,
+    projects,
     batches,
     billing,
     credits_group,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from hydrant.platform.quotas.policy import PlanPolicy
+from hydrant.platform.quotas.policy import KeyQuota, PlanPolicy, ProjectQuota
 
 INFERENCE_SCOPE: Final = "inference"
 ADMIN_SCOPE: Final = "admin"
@@ -31,6 +31,13 @@ class Principal:
     allowed_models: frozenset[str] | None = None
     plan: PlanPolicy | None = field(default=None, compare=False)
     timezone: str = "UTC"
+    # The key's project (its id and budgets); None: a tenant-level key.
+    project: ProjectQuota | None = field(default=None, compare=False)
+    key_quota: KeyQuota | None = field(default=None, compare=False)  # the key's budgets
+
+    @property
+    def project_id(self) -> str | None:
+        return self.project.project_id if self.project is not None else None
 
     @property
     def is_admin(self) -> bool:

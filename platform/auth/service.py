@@ -217,4 +217,6 @@ def _principal(record: KeyRecord) -> Principal:
         allowed_models=plan.allowed_models if plan is not None else None,
         plan=plan,
         timezone=record.timezone,
+        project=record.project,
+        key_quota=record.key_quota,
     )

@@ -16,7 +16,7 @@ from hydrant.platform.auth.principal import Principal
 from hydrant.platform.batches.reservation import HeldState
 from hydrant.platform.billing.money import STORAGE_PLACES
 from hydrant.platform.db.batch_models import Batch, BatchLine
-from hydrant.platform.db.models import DEFAULT_PLAN_ID, LedgerEntry, Plan, Tenant
+from hydrant.platform.db.models import DEFAULT_PLAN_ID, ApiKey, LedgerEntry, Plan, Tenant
 from hydrant.platform.db.pagination import page_after
 from hydrant.platform.reports.repository import exact_sum
 
@@ -116,6 +116,13 @@ async def tenant_and_plan(session: AsyncSession, tenant_id: str) -> tuple[Tenant
     )
     row = (await session.execute(statement)).first()
     return None if row is None else (row[0], row[1])
+
+
+async def key_project(session: AsyncSession, key_id: str | None) -> str | None:
+    """The project of the key that made a batch (its lines' ledger entries name it)."""
+    if key_id is None:
+        return None
+    return await session.scalar(select(ApiKey.project_id).where(ApiKey.id == key_id))
 
 
 async def claim(

@@ -56,7 +56,7 @@ from hydrant.platform.ledger.accounting import Metered, Outcome
 from hydrant.platform.ledger.service import DatabaseLedger, raw_entry
 from hydrant.platform.metrics.metered_ledger import MeteredLedger
 from hydrant.platform.quotas.admission import BatchTicket
-from hydrant.platform.quotas.policy import PlanPolicy
+from hydrant.platform.quotas.policy import PlanPolicy, ProjectQuota
 
 log = logging.getLogger(__name__)
 
@@ -213,9 +213,11 @@ class BatchRunner:
 
     async def _principal(self, batch: Batch) -> Principal | None:
         """Who the lines run as: the batch's tenant under its plan now, with the key that
-        made it (for the ledger); None when the tenant is suspended."""
+        made it and that key's project (for the ledger); None when the tenant is suspended.
+        The project is attribution only: a batch reserves its tenant's budgets alone."""
         async with self._database.session() as session:
             found = await repository.tenant_and_plan(session, batch.tenant_id)
+            project_id = await repository.key_project(session, batch.api_key_id)
         if found is None:
             raise NotFound(f"the tenant of {batch.id} is gone")
         tenant, plan = found
@@ -232,6 +234,7 @@ class BatchRunner:
             allowed_models=policy.allowed_models,
             plan=policy,
             timezone=tenant.timezone,
+            project=ProjectQuota(project_id) if project_id is not None else None,
         )
 
     async def _watch(self, batch: Batch, owner: str, stop: _Stop) -> None:

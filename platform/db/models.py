@@ -138,6 +138,17 @@ class ApiKey(Base):
     rotated_from_id: Mapped[str | None] = mapped_column(
         ForeignKey("api_keys.id", ondelete="SET NULL")
     )
+    # The project it belongs to (migration 0016); NULL: a tenant-level key. No ON DELETE
+    # clause: projects are archived, never deleted, and SQLite does not reflect the
+    # options of the column-level REFERENCES the migration adds (as `tenants.plan_id`).
+    project_id: Mapped[str | None] = mapped_column(ForeignKey("projects.id"), index=True)
+    # The key's own budgets (migration 0016), NULL = none; checked beside its project's and
+    # its tenant's. No CHECK (>= 0): on SQLite one would rebuild `api_keys`; the API
+    # refuses negative values.
+    tokens_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    tokens_per_month: Mapped[int | None] = mapped_column(BigInteger)
+    spend_per_day: Mapped[Decimal | None] = mapped_column(MONEY)
+    spend_per_month: Mapped[Decimal | None] = mapped_column(MONEY)
 
 
 class ModelDeployment(Base):
@@ -219,6 +230,14 @@ class LedgerEntry(Base):
     # `model_id` stays the base model (its device ran the request), `price_id` is the
     # adapter's own price version when it has one.
     adapter: Mapped[str | None] = mapped_column(String(64))
+    # Attribution below the tenant (migration 0016). `project_id` is the key's project when
+    # the request ran (no foreign key, as `batch_id`: the entry keeps what was true then).
+    # `end_user` is the HMAC of the request's `user`/`safety_identifier` under the server
+    # secret (ledger/attribution.py), never the raw id; `tags` the request's checked tags,
+    # a flat string-to-string object that reports group by one key of.
+    project_id: Mapped[str | None] = mapped_column(String(40))
+    end_user: Mapped[str | None] = mapped_column(String(64))
+    tags: Mapped[dict[str, str] | None] = mapped_column(JSON)
 
     __table_args__ = (
         CheckConstraint("status IN ('finished', 'stopped', 'aborted', 'failed')", name="status"),
@@ -229,6 +248,7 @@ class LedgerEntry(Base):
         Index(None, "tenant_id", "finished_at"),
         Index(None, "model_id", "finished_at"),
         Index(None, "batch_id"),
+        Index(None, "project_id", "finished_at"),
     )
 
 
@@ -376,6 +396,7 @@ class StoredResponse(Base):
 
 
 # Imported here so that every table is on the metadata whenever the models are.
+# --- Projects (issue #26): attribution below the tenant (db/project_models.py) -----------
 # --- LoRA adapters (issue #28): registered per base model (db/adapter_models.py) ----------
 from hydrant.platform.db.adapter_models import Adapter as Adapter  # noqa: E402
 
@@ -402,6 +423,7 @@ from hydrant.platform.db.invoice_models import InvoiceCounter as InvoiceCounter 
 from hydrant.platform.db.invoice_models import InvoiceItem as InvoiceItem  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceLine as InvoiceLine  # noqa: E402
 from hydrant.platform.db.invoice_models import InvoiceSend as InvoiceSend  # noqa: E402
+from hydrant.platform.db.project_models import Project as Project  # noqa: E402
 
 # --- Cost reconciliation (issue #26): worker timelines, daily rows (reconciliation_models)
 from hydrant.platform.db.reconciliation_models import (  # noqa: E402

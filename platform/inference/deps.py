@@ -14,6 +14,7 @@ from hydrant.platform.adapters.catalog import AdapterCatalog
 from hydrant.platform.inference.abuse import AbuseGuard
 from hydrant.platform.inference.responses.store import ResponseStore
 from hydrant.platform.inference.service import InferenceService
+from hydrant.platform.ledger.attribution import EndUserHasher
 from hydrant.platform.models.registry import ModelRegistry
 
 
@@ -25,3 +26,4 @@ class InferenceApi:
     responses: ResponseStore
     default_max_tokens: int
     adapters: AdapterCatalog | None = None  # LoRA adapters a request may name
+    end_users: EndUserHasher | None = None  # hashes `user`/`safety_identifier` for the ledger

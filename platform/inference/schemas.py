@@ -56,6 +56,10 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     user: str | None = None
+    safety_identifier: str | None = None  # OpenAI's newer name for `user` (hashed, ledger)
+    # OpenAI's (chat, with `store`); accepted on both for attribution: checked tags that
+    # the ledger records and reports group by (ledger/attribution.py), never stored text.
+    metadata: dict[str, Any] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     top_k: int | None = None

@@ -25,6 +25,7 @@ from hydrant.platform.inference.params import PreparedRequest, check_constraint
 from hydrant.platform.inference.schemas import decode_body
 from hydrant.platform.inference.service import Generation
 from hydrant.platform.ledger.accounting import LedgerWriter
+from hydrant.platform.ledger.attribution import TAGS_HEADER, Attribution, merge_tags
 from hydrant.platform.models.registry import ServedModel
 from hydrant.platform.quotas.admission import BATCH_PRIORITY, BatchTicket, RequestContext
 
@@ -76,7 +77,10 @@ def _context(
     prepared: PreparedRequest,
     priority: int,
     batch: BatchTicket | None = None,
+    attribution: Attribution | None = None,
 ) -> RequestContext[PreparedRequest]:
+    if attribution is None and principal.project is not None:
+        attribution = Attribution(project_id=principal.project_id)
     return RequestContext(
         request_id=request_id,
         tenant_id=principal.tenant_id or "admin",
@@ -91,7 +95,29 @@ def _context(
         batch=batch,
         # Adapter names hold no `:`, base names may: the part after the last one.
         adapter=model.adapter.name.rpartition(":")[2] if model.adapter else None,
+        attribution=attribution,
+        project=principal.project,
+        key_quota=principal.key_quota,
     )
+
+
+def attribution_of(
+    api: InferenceApi, principal: Principal, body: Any, tags_header: str | None
+) -> Attribution | None:
+    """The request's project (its key's), hashed end user and tags, checked (400 naming
+    the param). The end user is `safety_identifier` (OpenAI's newer name) or `user`."""
+    end_user = None
+    param = "safety_identifier"
+    raw_user = getattr(body, param, None)
+    if raw_user is None:
+        param = "user"
+        raw_user = getattr(body, param, None)
+    if raw_user is not None and principal.tenant_id is not None and api.end_users is not None:
+        end_user = api.end_users.hash(principal.tenant_id, raw_user, param)
+    tags = merge_tags(getattr(body, "metadata", None), tags_header)
+    if end_user is None and tags is None and principal.project is None:
+        return None
+    return Attribution(project_id=principal.project_id, end_user=end_user, tags=tags)
 
 
 def _screen(
@@ -138,11 +164,12 @@ async def start_body(
     endpoint: Endpoint,
     body: Any,
     request_id: str,
+    attribution: Attribution | None = None,
 ) -> tuple[Generation, ServedModel, PreparedRequest]:
     """The request path up to the first chunk, for a `/v1` request."""
     model, prepared = prepare_body(api, principal, endpoint, body)
     generation = await start_prepared(
-        api, principal, model, prepared, request_id, priority=body.priority
+        api, principal, model, prepared, request_id, priority=body.priority, attribution=attribution
     )
     return generation, model, prepared
 
@@ -157,6 +184,7 @@ async def start_prepared(
     priority: int,
     batch: BatchTicket | None = None,
     ledger: LedgerWriter | None = None,
+    attribution: Attribution | None = None,
 ) -> Generation:
     """A prepared request screened, admitted and started: the path every request takes,
     a Batch API line too (`batch`: at the lowest engine priority, through the gate's
@@ -165,7 +193,7 @@ async def start_prepared(
     _screen(api, principal, model, prepared)
     if batch is not None:
         priority = BATCH_PRIORITY
-    ctx = _context(request_id, principal, model, prepared, priority, batch)
+    ctx = _context(request_id, principal, model, prepared, priority, batch, attribution)
     return await api.service.start(ctx, model, ledger=ledger)
 
 
@@ -176,8 +204,9 @@ async def serve_body(
     endpoint: Endpoint,
     body: Any,
 ) -> Any:
+    attribution = attribution_of(api, principal, body, request.headers.get(TAGS_HEADER))
     generation, model, prepared = await start_body(
-        api, principal, endpoint, body, request_id_for(request.scope)
+        api, principal, endpoint, body, request_id_for(request.scope), attribution
     )
     limits = generation.rate_limit_headers
     if prepared.stream and endpoint.stream is not None:

@@ -42,7 +42,12 @@ class KeyAdminController(Controller):
         keys: NamedDependency[KeyService],
     ) -> CreatedKey:
         key, secret = await keys.create(
-            principal, tenant_id=data.tenant_id, name=data.name, expires_at=data.expires_at
+            principal,
+            tenant_id=data.tenant_id,
+            name=data.name,
+            expires_at=data.expires_at,
+            project=data.project,
+            budgets=data.budgets(),
         )
         return CreatedKey(key=KeyView.of(key, keys.now()), secret=secret)
 

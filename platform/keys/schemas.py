@@ -9,10 +9,13 @@ from msgspec import Meta, Struct
 
 from hydrant.platform.auth.repository import parse_scopes
 from hydrant.platform.db.models import ApiKey
+from hydrant.platform.prices.decimal_text import DecimalText, format_decimal
 
 AwareDateTime = Annotated[datetime, Meta(tz=True)]
 KeyStatus = Literal["active", "rotating", "rotated", "expired", "revoked"]
 MAX_GRACE_S = 30 * 24 * 3600
+BigCount = Annotated[int, Meta(ge=0, le=2**62)]
+KEY_BUDGETS = ("tokens_per_day", "tokens_per_month", "spend_per_day", "spend_per_month")
 DEFAULT_GRACE_S = 24 * 3600
 
 
@@ -33,6 +36,16 @@ class KeyCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     tenant_id: str | None
     name: Annotated[str, Meta(max_length=200)] = ""
     expires_at: AwareDateTime | None = None
+    # The tenant's project the key belongs to, by id or name; None: a tenant-level key.
+    project: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
+    # The key's own budgets (None: none), checked beside its project's and tenant's.
+    tokens_per_day: BigCount | None = None
+    tokens_per_month: BigCount | None = None
+    spend_per_day: DecimalText | None = None
+    spend_per_month: DecimalText | None = None
+
+    def budgets(self) -> dict[str, int | str | None]:
+        return {name: getattr(self, name) for name in KEY_BUDGETS}
 
 
 class KeyRotate(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -56,6 +69,11 @@ class KeyView(Struct, kw_only=True):
     grace_until: datetime | None
     last_used_at: datetime | None
     rotated_from_id: str | None
+    project_id: str | None = None
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    spend_per_day: str | None = None
+    spend_per_month: str | None = None
 
     @classmethod
     def of(cls, key: ApiKey, now: datetime) -> KeyView:
@@ -72,6 +90,13 @@ class KeyView(Struct, kw_only=True):
             grace_until=key.grace_until,
             last_used_at=key.last_used_at,
             rotated_from_id=key.rotated_from_id,
+            project_id=key.project_id,
+            tokens_per_day=key.tokens_per_day,
+            tokens_per_month=key.tokens_per_month,
+            spend_per_day=None if key.spend_per_day is None else format_decimal(key.spend_per_day),
+            spend_per_month=(
+                None if key.spend_per_month is None else format_decimal(key.spend_per_month)
+            ),
         )
 
 

@@ -9,7 +9,7 @@ admin key cannot run inference: there would be nobody to bill).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.exc import IntegrityError
@@ -23,12 +23,30 @@ from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import ApiKey
 from hydrant.platform.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from hydrant.platform.keys import repository
-from hydrant.platform.keys.schemas import MAX_GRACE_S, key_status
+from hydrant.platform.keys.schemas import KEY_BUDGETS, MAX_GRACE_S, key_status
+from hydrant.platform.prices.decimal_text import parse_decimal
+from hydrant.platform.projects.service import ProjectService
 from hydrant.platform.tenants import repository as tenants
 
 log = logging.getLogger(__name__)
 
 PREFIX_ATTEMPTS = 5  # a prefix collision (62**8 space) is rare; a second draw settles it
+
+
+def _budget_columns(
+    rotated_from: ApiKey | None, budgets: Mapping[str, object] | None
+) -> dict[str, object]:
+    """A new key's budget columns: those given, else its predecessor's (rotation)."""
+    if budgets is None:
+        return {n: getattr(rotated_from, n) if rotated_from else None for n in KEY_BUDGETS}
+    values = {name: budgets.get(name) for name in KEY_BUDGETS}
+    for name in ("spend_per_day", "spend_per_month"):
+        value = values[name]
+        if value is not None:
+            if not isinstance(value, str | int):
+                raise InvalidRequest(f"{name} must be a decimal string", param=name)
+            values[name] = parse_decimal(value, param=name, places=6, integer_digits=14)
+    return values
 
 
 class KeyService:
@@ -46,6 +64,7 @@ class KeyService:
         self._env = key_env
         self._cache = cache
         self._clock = clock
+        self._projects = ProjectService(session, cache=cache)
 
     def now(self) -> datetime:
         return self._clock()
@@ -58,8 +77,12 @@ class KeyService:
         name: str = "",
         expires_at: datetime | None = None,
         rotated_from: ApiKey | None = None,
+        project: str | None = None,
+        budgets: Mapping[str, object] | None = None,
     ) -> tuple[ApiKey, str]:
-        """A new key and its secret (the only time the secret is available)."""
+        """A new key and its secret (the only time the secret is available). `project`: the
+        tenant's active project it belongs to (id or name); `budgets`: the key's own
+        (`KEY_BUDGETS`, money as decimal text). A rotated key keeps its project and budgets."""
         self._require_admin(principal)
         if expires_at is not None and expires_at <= self.now():
             raise InvalidRequest("expires_at is in the past", param="expires_at")
@@ -67,6 +90,14 @@ class KeyService:
             tenant = await tenants.get_tenant(self._session, principal, tenant_id)
             if tenant is None:
                 raise NotFound(f"no tenant {tenant_id!r}", param="tenant_id")
+        project_id = rotated_from.project_id if rotated_from is not None else None
+        if project is not None:
+            if tenant_id is None:
+                raise InvalidRequest("an admin key belongs to no project", param="project")
+            project_id = (await self._projects.for_new_key(principal, tenant_id, project)).id
+        limits = _budget_columns(rotated_from, budgets)
+        if tenant_id is None and any(v is not None for v in limits.values()):
+            raise InvalidRequest("an admin key has no budgets", param="tokens_per_day")
         scope = INFERENCE_SCOPE if tenant_id is not None else ADMIN_SCOPE
         for _ in range(PREFIX_ATTEMPTS):
             generated = generate_key(self._env)
@@ -82,7 +113,9 @@ class KeyService:
             scopes=scope,
             expires_at=expires_at,
             rotated_from_id=rotated_from.id if rotated_from is not None else None,
+            project_id=project_id,
             created_at=self.now(),
+            **limits,
         )
         self._session.add(key)
         await self._flush()

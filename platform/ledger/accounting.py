@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from hydrant.engine.protocol import RequestUsage
+from hydrant.platform.ledger.attribution import Attribution
 
 EntryStatus = Literal["finished", "stopped", "aborted", "failed"]
 
@@ -40,6 +41,11 @@ class Metered(Protocol):
 
     @property
     def started_at(self) -> datetime: ...
+
+    @property
+    def attribution(self) -> Attribution | None:
+        """Project, hashed end user and tags (None: none of them)."""
+        ...
 
 
 @dataclass

@@ -7,6 +7,7 @@ same spool all leave exactly one row per request.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -80,19 +81,30 @@ PG_COLUMNS = (
     "finished_at",
     "batch_id",
     "adapter",
+    "project_id",
+    "end_user",
+    "tags",
     "recorded_at",
 )
 PG_INSERT = """
 INSERT INTO ledger_entries (
     request_id, tenant_id, api_key_id, model_id, price_id, status,
     input_tokens, cached_tokens, output_tokens, charged, device_seconds, device_cost,
-    started_at, finished_at, batch_id, adapter, recorded_at
+    started_at, finished_at, batch_id, adapter, project_id, end_user, tags, recorded_at
 )
-SELECT * FROM unnest(
+SELECT
+    request_id, tenant_id, api_key_id, model_id, price_id, status,
+    input_tokens, cached_tokens, output_tokens, charged, device_seconds, device_cost,
+    started_at, finished_at, batch_id, adapter, project_id, end_user, tags::json, recorded_at
+FROM unnest(
     $1::varchar[], $2::varchar[], $3::varchar[], $4::varchar[], $5::varchar[], $6::varchar[],
     $7::int4[], $8::int4[], $9::int4[], $10::numeric[], $11::numeric[], $12::numeric[],
     $13::timestamptz[], $14::timestamptz[], $15::varchar[], $16::varchar[],
-    $17::timestamptz[]
+    $17::varchar[], $18::varchar[], $19::text[], $20::timestamptz[]
+) AS entry (
+    request_id, tenant_id, api_key_id, model_id, price_id, status,
+    input_tokens, cached_tokens, output_tokens, charged, device_seconds, device_cost,
+    started_at, finished_at, batch_id, adapter, project_id, end_user, tags, recorded_at
 )
 ON CONFLICT (request_id) DO NOTHING
 RETURNING request_id
@@ -105,9 +117,15 @@ async def insert_if_absent_pg(
     """`insert_if_absent` on a raw asyncpg connection outside any transaction (autocommit)."""
     if not rows:
         return 0
-    columns = [[row.get(name) for row in rows] for name in PG_COLUMNS[:-1]]
+    columns = [[row.get(name) for row in rows] for name in PG_COLUMNS[:-2]]
+    # The JSON column travels as text (asyncpg has no codec for `json[]`); SQL NULL stays NULL.
+    columns.append([_json_text(row.get("tags")) for row in rows])
     columns.append([recorded_at] * len(rows))
     return len(await driver.fetch(PG_INSERT, *columns))
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 async def model_id_for(session: AsyncSession, name: str) -> str | None:

@@ -110,6 +110,14 @@ def raw_entry(ctx: Metered, outcome: Outcome, batch_id: str | None = None) -> di
         raw["batch_id"] = batch_id
     if ctx.adapter is not None:
         raw["adapter"] = ctx.adapter
+    who = ctx.attribution
+    if who is not None:  # only what is set: an entry without attribution spools as before
+        if who.project_id is not None:
+            raw["project_id"] = who.project_id
+        if who.end_user is not None:
+            raw["end_user"] = who.end_user
+        if who.tags:
+            raw["tags"] = dict(who.tags)
     return raw
 
 
@@ -413,6 +421,9 @@ class DatabaseLedger:
             "finished_at": datetime.fromisoformat(raw["finished_at"]),
             "batch_id": batch_id,
             "adapter": adapter,
+            "project_id": raw.get("project_id"),
+            "end_user": raw.get("end_user"),
+            "tags": raw.get("tags"),
         }
 
     async def replay_spool(self) -> int:

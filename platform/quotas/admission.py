@@ -17,7 +17,8 @@ from hydrant.engine.protocol import BACKGROUND_PRIORITY, Sampling
 from hydrant.platform.billing.pricing import adapter_model_name
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.ledger.accounting import Outcome
-from hydrant.platform.quotas.policy import PlanPolicy
+from hydrant.platform.ledger.attribution import Attribution
+from hydrant.platform.quotas.policy import KeyQuota, PlanPolicy, ProjectQuota
 
 # The engine priority of a Batch API line: background, so the scheduler computes it only in
 # steps where no interactive request runs, and preempts it first when KV blocks run out.
@@ -79,6 +80,11 @@ class RequestContext(Generic[P]):
     # The LoRA adapter it runs with: `model` stays the base model (its pool, lanes, limits);
     # the price and the ledger entry name the adapter too.
     adapter: str | None = None
+    # Below the tenant: the key's project, the hashed end user, the request's tags (ledger).
+    attribution: Attribution | None = None
+    # The key's project's budgets, checked beside the plan's tenant budgets (quotas/plan.py).
+    project: ProjectQuota | None = None
+    key_quota: KeyQuota | None = None  # the key's own budgets
 
     @property
     def public_model(self) -> str:

@@ -220,6 +220,16 @@ _LIMIT_WORDS = {
     "tokens_month": "monthly token budget",
     "spend_day": "daily spend budget",
     "spend_month": "monthly spend budget",
+    "key_tokens_day": "daily token budget of this API key",
+    "key_tokens_month": "monthly token budget of this API key",
+    "key_spend_day": "daily spend budget of this API key",
+    "key_spend_month": "monthly spend budget of this API key",
+    "project_rpm": "requests per minute for this key's project",
+    "project_tpm": "tokens per minute for this key's project",
+    "project_tokens_day": "daily token budget of this key's project",
+    "project_tokens_month": "monthly token budget of this key's project",
+    "project_spend_day": "daily spend budget of this key's project",
+    "project_spend_month": "monthly spend budget of this key's project",
 }
 
 
@@ -343,6 +353,8 @@ class QuotaGate:
                 requests=prompts,
                 at=ctx.started_at,
                 credit=standing,
+                project=ctx.project,
+                key_quota=ctx.key_quota,
             )
             admission = await self.backend.admit(checks) if checks else None
             if standing is not None and admission is not None and not admission.metered:

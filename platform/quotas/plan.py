@@ -22,7 +22,7 @@ from hydrant.platform.quotas.checks import (
 )
 from hydrant.platform.quotas.credit_check import CREDIT, CreditStanding, credit_check
 from hydrant.platform.quotas.periods import BudgetPeriod, period_window
-from hydrant.platform.quotas.policy import PlanPolicy
+from hydrant.platform.quotas.policy import KeyQuota, PlanPolicy, ProjectQuota
 from hydrant.platform.quotas.tiers import TierDecision
 
 KEY_RATE = "key_rate"
@@ -31,8 +31,32 @@ TENANT_TPM = "tenant_tpm"
 CONCURRENCY = "concurrency"
 TOKENS_DAY, TOKENS_MONTH = "tokens_day", "tokens_month"
 SPEND_DAY, SPEND_MONTH = "spend_day", "spend_month"
-_TOKEN_CHECKS = (TENANT_TPM, TOKENS_DAY, TOKENS_MONTH)
-_MONEY_CHECKS = (SPEND_DAY, SPEND_MONTH, CREDIT)
+# A project's budgets (quotas/policy.py `ProjectQuota`): the same periods, their own names
+# and counters, reserved in the same atomic call as the tenant's.
+PROJECT_TOKENS_DAY, PROJECT_TOKENS_MONTH = "project_tokens_day", "project_tokens_month"
+PROJECT_SPEND_DAY, PROJECT_SPEND_MONTH = "project_spend_day", "project_spend_month"
+PROJECT_RPM, PROJECT_TPM = "project_rpm", "project_tpm"
+KEY_TOKENS_DAY, KEY_TOKENS_MONTH = "key_tokens_day", "key_tokens_month"
+KEY_SPEND_DAY, KEY_SPEND_MONTH = "key_spend_day", "key_spend_month"
+_TOKEN_CHECKS = (
+    KEY_TOKENS_DAY,
+    KEY_TOKENS_MONTH,
+    TENANT_TPM,
+    TOKENS_DAY,
+    TOKENS_MONTH,
+    PROJECT_TPM,
+    PROJECT_TOKENS_DAY,
+    PROJECT_TOKENS_MONTH,
+)
+_MONEY_CHECKS = (
+    SPEND_DAY,
+    SPEND_MONTH,
+    CREDIT,
+    PROJECT_SPEND_DAY,
+    PROJECT_SPEND_MONTH,
+    KEY_SPEND_DAY,
+    KEY_SPEND_MONTH,
+)
 
 
 @dataclass(frozen=True)
@@ -88,6 +112,8 @@ def build_checks(
     lease_s: float = 900.0,
     requests: int = 1,
     credit: CreditStanding | None = None,
+    project: ProjectQuota | None = None,
+    key_quota: KeyQuota | None = None,
 ) -> tuple[Check, ...]:
     """The checks for one request, reserving its maximum tokens and cost.
 
@@ -95,6 +121,8 @@ def build_checks(
     tier rate counts prompts, since each is a sequence of that size on the device; the
     tenant's requests per minute count the HTTP request once, as OpenAI counts a batch.
     `credit`: a prepaid tenant's standing; its maximum cost is reserved against them.
+    `project`: the key's project's rates and budgets; `key_quota`: the key's own budgets; each
+    reserved beside the tenant's.
     """
     tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
     _require_id(key_id, "key_id")
@@ -112,9 +140,96 @@ def build_checks(
     if quota.max_concurrent is not None:
         checks.append(ConcurrencyCheck(CONCURRENCY, f"{tag}:conc", quota.max_concurrent, lease_s))
     checks.extend(budget_checks(tag, quota, reserve_tokens, micros, at, lease_s))
+    if project is not None and project.limited:
+        checks.extend(project_rate_checks(tag, project, reserve_tokens))
+        checks.extend(project_budget_checks(tag, project, reserve_tokens, micros, at, lease_s))
+    if key_quota is not None:
+        checks.extend(key_budget_checks(tag, key_quota, reserve_tokens, micros, at, lease_s))
     if credit is not None:
         checks.append(credit_check(tag, credit, reserve_money, at, lease_s))
     return tuple(checks)
+
+
+def key_budget_checks(
+    tag: str, key: KeyQuota, reserve_tokens: int, micros: int, at: datetime, lease_s: float
+) -> list[BudgetCheck]:
+    """A key's own budgets: counters of their own under the tenant's hash tag. A rotated
+    key's successor has its own id, so its counters start afresh."""
+    day, month = BudgetPeriod.DAY, BudgetPeriod.MONTH
+    budgets: list[tuple[str, int | None, int, str, BudgetPeriod]] = [
+        (KEY_TOKENS_DAY, key.tokens_per_day, reserve_tokens, "tokens", day),
+        (KEY_TOKENS_MONTH, key.tokens_per_month, reserve_tokens, "tokens", month),
+        (KEY_SPEND_DAY, _micros(key.spend_per_day), micros, "spend", day),
+        (KEY_SPEND_MONTH, _micros(key.spend_per_month), micros, "spend", month),
+    ]
+    prefix = f"{tag}:keybudget:{_require_id(key.key_id, 'key_id')}"
+    return _period_checks(prefix, budgets, at, lease_s)
+
+
+def _project_prefix(tag: str, project: ProjectQuota) -> str:
+    return f"{tag}:project:{_require_id(project.project_id, 'project_id')}"
+
+
+def project_rate_checks(tag: str, project: ProjectQuota, reserve_tokens: int) -> list[WindowCheck]:
+    """A project's requests and tokens per minute: windows of their own, beside the
+    tenant's (the HTTP request counts once, as for the tenant's requests per minute)."""
+    prefix = _project_prefix(tag, project)
+    checks = []
+    if project.requests_per_minute is not None:
+        checks.append(WindowCheck(PROJECT_RPM, f"{prefix}:rpm", project.requests_per_minute, 60.0))
+    if project.tokens_per_minute is not None:
+        checks.append(
+            WindowCheck(
+                PROJECT_TPM, f"{prefix}:tpm", project.tokens_per_minute, 60.0, reserve_tokens
+            )
+        )
+    return checks
+
+
+def project_budget_checks(
+    tag: str,
+    project: ProjectQuota,
+    reserve_tokens: int,
+    micros: int,
+    at: datetime,
+    lease_s: float,
+) -> list[BudgetCheck]:
+    """A project's budgets: counters of their own under the tenant's hash tag (one slot)."""
+    budgets: list[tuple[str, int | None, int, str, BudgetPeriod]] = [
+        (PROJECT_TOKENS_DAY, project.tokens_per_day, reserve_tokens, "tokens", BudgetPeriod.DAY),
+        (
+            PROJECT_TOKENS_MONTH,
+            project.tokens_per_month,
+            reserve_tokens,
+            "tokens",
+            BudgetPeriod.MONTH,
+        ),
+        (PROJECT_SPEND_DAY, _micros(project.spend_per_day), micros, "spend", BudgetPeriod.DAY),
+        (
+            PROJECT_SPEND_MONTH,
+            _micros(project.spend_per_month),
+            micros,
+            "spend",
+            BudgetPeriod.MONTH,
+        ),
+    ]
+    return _period_checks(_project_prefix(tag, project), budgets, at, lease_s)
+
+
+def _period_checks(
+    prefix: str,
+    budgets: list[tuple[str, int | None, int, str, BudgetPeriod]],
+    at: datetime,
+    lease_s: float,
+) -> list[BudgetCheck]:
+    checks = []
+    for name, limit, amount, unit, period in budgets:
+        if limit is None:
+            continue
+        window = period_window(period, at)
+        key = f"{prefix}:{unit}:{period}:{window.label}"
+        checks.append(BudgetCheck(name, key, limit, amount, window.end.timestamp(), lease_s))
+    return checks
 
 
 def budget_checks(
@@ -126,14 +241,7 @@ def budget_checks(
         (SPEND_DAY, _micros(quota.spend_per_day), micros, "spend", BudgetPeriod.DAY),
         (SPEND_MONTH, _micros(quota.spend_per_month), micros, "spend", BudgetPeriod.MONTH),
     ]
-    checks = []
-    for name, limit, amount, unit, period in budgets:
-        if limit is None:
-            continue
-        window = period_window(period, at)
-        key = f"{tag}:{unit}:{period}:{window.label}"
-        checks.append(BudgetCheck(name, key, limit, amount, window.end.timestamp(), lease_s))
-    return checks
+    return _period_checks(tag, budgets, at, lease_s)
 
 
 def batch_checks(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from hydrant.platform.db.models import Plan
+from hydrant.platform.db.models import ApiKey, Plan, Project
 from hydrant.platform.quotas.tiers import TierPolicy
 
 
@@ -65,3 +65,72 @@ class PlanPolicy:
 
     def allows_model(self, name: str) -> bool:
         return self.allowed_models is None or name in self.allowed_models
+
+
+@dataclass(frozen=True)
+class ProjectQuota:
+    """A project's rates and budgets (migration 0016), a snapshot like `PlanPolicy`;
+    None: none.
+
+    They are checked beside the plan's tenant limits in the same atomic call, so a
+    request passes only if every limit that applies has room: the strictest wins.
+    """
+
+    project_id: str
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    spend_per_day: Decimal | None = None
+    spend_per_month: Decimal | None = None
+
+    @classmethod
+    def from_row(cls, project: Project) -> ProjectQuota:
+        return cls(
+            project_id=project.id,
+            requests_per_minute=project.requests_per_minute,
+            tokens_per_minute=project.tokens_per_minute,
+            tokens_per_day=project.tokens_per_day,
+            tokens_per_month=project.tokens_per_month,
+            spend_per_day=project.spend_per_day,
+            spend_per_month=project.spend_per_month,
+        )
+
+    @property
+    def limited(self) -> bool:
+        return any(
+            value is not None
+            for value in (
+                self.requests_per_minute,
+                self.tokens_per_minute,
+                self.tokens_per_day,
+                self.tokens_per_month,
+                self.spend_per_day,
+                self.spend_per_month,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class KeyQuota:
+    """A key's own budgets (migration 0016), checked beside its project's and tenant's."""
+
+    key_id: str
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    spend_per_day: Decimal | None = None
+    spend_per_month: Decimal | None = None
+
+    @classmethod
+    def of(cls, key: ApiKey) -> KeyQuota | None:
+        """The key's budgets; None when it sets none (the hot path then checks nothing)."""
+        quota = cls(
+            key_id=key.id,
+            tokens_per_day=key.tokens_per_day,
+            tokens_per_month=key.tokens_per_month,
+            spend_per_day=key.spend_per_day,
+            spend_per_month=key.spend_per_month,
+        )
+        limits = (quota.tokens_per_day, quota.tokens_per_month)
+        money = (quota.spend_per_day, quota.spend_per_month)
+        return quota if any(v is not None for v in (*limits, *money)) else None

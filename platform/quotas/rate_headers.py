@@ -17,10 +17,10 @@ import math
 from collections.abc import Sequence
 
 from hydrant.platform.quotas.checks import WindowState
-from hydrant.platform.quotas.plan import KEY_RATE, TENANT_RPM, TENANT_TPM
+from hydrant.platform.quotas.plan import KEY_RATE, PROJECT_RPM, PROJECT_TPM, TENANT_RPM, TENANT_TPM
 
-_REQUESTS = (TENANT_RPM, KEY_RATE)  # in order of preference
-_TOKENS = (TENANT_TPM,)
+_REQUESTS = (TENANT_RPM, PROJECT_RPM, KEY_RATE)
+_TOKENS = (TENANT_TPM, PROJECT_TPM)
 # Every header this module may set (CORS exposes them to browser clients).
 HEADER_NAMES = tuple(
     f"x-ratelimit-{part}-{unit}"
@@ -49,9 +49,19 @@ def go_duration(seconds: float) -> str:
     return text
 
 
-def _pick(windows: Sequence[WindowState], names: Sequence[str]) -> WindowState | None:
+def _pick(
+    windows: Sequence[WindowState], names: Sequence[str], refused: str | None
+) -> WindowState | None:
+    """The window a unit's headers describe: the one that refused the request; else the
+    per-minute window (the tenant's or the key's project's) with the least remaining,
+    the tenant's on a tie; the key's per-second tier rate only when neither is set."""
     by_name = {w.name: w for w in windows}
-    return next((by_name[n] for n in names if n in by_name), None)
+    if refused in names and refused in by_name:
+        return by_name[refused]
+    present = [by_name[n] for n in names if n in by_name]
+    per_minute = [w for w in present if w.name != KEY_RATE]
+    pool = per_minute or present
+    return min(pool, key=lambda w: w.remaining) if pool else None
 
 
 def rate_limit_headers(
@@ -61,7 +71,7 @@ def rate_limit_headers(
     (its remaining is 0 and its reset the `Retry-After` wait, `retry_after_s`)."""
     headers: dict[str, str] = {}
     for unit, names in (("requests", _REQUESTS), ("tokens", _TOKENS)):
-        state = _pick(windows, names)
+        state = _pick(windows, names, refused)
         if state is None:
             continue
         remaining, reset = state.remaining, state.reset_s

@@ -76,9 +76,11 @@ class CostReportController(Controller):
         tenant_id: FromQuery[str | None] = None,
         model: FromQuery[str | None] = None,
         group_by: FromQuery[str] = "day",
+        by: FromQuery[str | None] = None,
         output_format: Format = "json",
     ) -> Response[Any]:
-        """Charged, device cost and margin per (day or hour, tenant, model), with totals."""
+        """Charged, device cost and margin per (day or hour, tenant, model), with totals;
+        `by` (`key`, `project`, `user`, `tag:<key>`) splits each row by that attribution."""
         fmt = _check_format(output_format)
         query = build_query(
             now=utcnow(),
@@ -87,6 +89,7 @@ class CostReportController(Controller):
             group_by=group_by,
             tenant_id=tenant_id,
             model=model,
+            by=by,
         )
         report = await reports.costs(principal, query)
         if fmt == "csv":
@@ -109,11 +112,15 @@ class UsageController(Controller):
         until: FromQuery[str | None] = None,
         model: FromQuery[str | None] = None,
         group_by: FromQuery[str] = "day",
+        by: FromQuery[str | None] = None,
         output_format: Format = "json",
     ) -> Response[Any]:
-        """The caller's own tokens and charges per (day or hour, model), with totals."""
+        """The caller's own tokens and charges per (day or hour, model), with totals; `by`
+        splits rows by key, project, hashed end user or one tag (`tag:<key>`)."""
         fmt = _check_format(output_format)
-        query = build_query(now=utcnow(), since=since, until=until, group_by=group_by, model=model)
+        query = build_query(
+            now=utcnow(), since=since, until=until, group_by=group_by, model=model, by=by
+        )
         report = await reports.costs(principal, query)
         if fmt == "csv":
             return _csv_response(usage_csv(report), "usage", report)

@@ -21,13 +21,13 @@ from hydrant.platform.reports.service import CostReport
 
 COST_COLUMNS: tuple[str, ...] = CostRow.__struct_fields__
 USAGE_COLUMNS: tuple[str, ...] = UsageRow.__struct_fields__
-_TEXT_COLUMNS = frozenset({"tenant_id", "model"})
+_TEXT_COLUMNS = frozenset({"tenant_id", "model", "group"})
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CSV_MEDIA_TYPE = "text/csv"  # Litestar adds `; charset=utf-8` to text/* types
 
 
 def _cell(column: str, value: object) -> str:
-    text = str(value)
+    text = "" if value is None else str(value)  # a group without the attribution: empty
     if column in _TEXT_COLUMNS and text.startswith(_FORMULA_STARTS):
         return "'" + text
     return text
@@ -43,12 +43,19 @@ def _write(columns: Sequence[str], rows: Sequence[msgspec.Struct]) -> str:
     return buffer.getvalue()
 
 
+def _columns(columns: tuple[str, ...], report: CostReport) -> tuple[str, ...]:
+    """The `group` column only in a report by an attribution, named after it."""
+    if report.query.by is None:
+        return tuple(c for c in columns if c != "group")
+    return columns
+
+
 def cost_report_csv(report: CostReport) -> str:
-    return _write(COST_COLUMNS, [CostRow.of(r) for r in report.rows])
+    return _write(_columns(COST_COLUMNS, report), [CostRow.of(r) for r in report.rows])
 
 
 def usage_csv(report: CostReport) -> str:
-    return _write(USAGE_COLUMNS, [UsageRow.of(r) for r in report.rows])
+    return _write(_columns(USAGE_COLUMNS, report), [UsageRow.of(r) for r in report.rows])
 
 
 def download_name(kind: str, query: ReportQuery) -> str:

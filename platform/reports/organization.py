@@ -7,8 +7,10 @@ bucket is a UTC day): the first is the one holding `start_time`, and entries cou
 from `start_time` to `end_time` (exclusive), so a bucket cut by either edge holds
 only the part inside. A page is `limit` consecutive buckets (empty ones too, with no
 results, as OpenAI returns them); `next_page` names the first bucket of the next
-page, so walking the pages visits every bucket once. OpenAI's `project_id` is
-Hydrant's tenant (Hydrant has no projects yet); `line_item` of the costs is the
+page, so walking the pages visits every bucket once. OpenAI's `project_id` is the
+entry's Hydrant project, or its tenant for a tenant-level key (the tenant stands for
+OpenAI's "Default project"); `user_id` is the hashed end user (`user` or
+`safety_identifier` of the request, ledger/attribution.py); `line_item` of the costs is the
 model (a request is charged one rounded amount, which is not split into input and
 output without rounding again).
 """
@@ -49,7 +51,7 @@ WIDTHS: dict[str, tuple[Truncation, int]] = {
 # OpenAI's limits on buckets per page: (default, most) per width.
 USAGE_LIMITS: dict[str, tuple[int, int]] = {"1d": (7, 31), "1h": (24, 168), "1m": (60, 1440)}
 COSTS_LIMITS: dict[str, tuple[int, int]] = {"1d": (7, 180)}
-USAGE_GROUPS = ("model", "api_key_id", "project_id", "batch")
+USAGE_GROUPS = ("model", "api_key_id", "project_id", "user_id", "batch")
 COSTS_GROUPS = ("project_id", "line_item")
 MAX_FILTER_VALUES = 100
 PAGE_PREFIX = "page_"
@@ -66,6 +68,7 @@ class OrgQuery:
     models: tuple[str, ...] = ()
     api_key_ids: tuple[str, ...] = ()
     project_ids: tuple[str, ...] = ()
+    user_ids: tuple[str, ...] = ()
 
     @property
     def step(self) -> int:
@@ -167,6 +170,7 @@ def build_org_query(
         models=_values(many("models"), "models"),
         api_key_ids=_values(many("api_key_ids"), "api_key_ids"),
         project_ids=_values(many("project_ids"), "project_ids"),
+        user_ids=_values(many("user_ids"), "user_ids"),
     )
 
 
@@ -179,6 +183,7 @@ class UsageResult:
     model: str | None = None
     api_key_id: str | None = None
     project_id: str | None = None
+    user_id: str | None = None
     batch: bool | None = None
 
 
@@ -212,12 +217,18 @@ def _dialect(session: AsyncSession) -> str:
     return session.bind.dialect.name if session.bind is not None else "sqlite"
 
 
+def _project() -> ColumnElement[Any]:
+    """OpenAI's project of an entry: its Hydrant project, else its tenant's own."""
+    return func.coalesce(LedgerEntry.project_id, LedgerEntry.tenant_id)
+
+
 def _group_columns(query: OrgQuery) -> dict[str, ColumnElement[Any]]:
     columns: dict[str, ColumnElement[Any]] = {
         "model": reported_model(),
         "line_item": reported_model(),
         "api_key_id": LedgerEntry.api_key_id.expression,
-        "project_id": LedgerEntry.tenant_id.expression,
+        "project_id": _project(),
+        "user_id": LedgerEntry.end_user.expression,
         "batch": LedgerEntry.batch_id.is_not(None),
     }
     return {name: columns[name] for name in query.group_by}
@@ -260,7 +271,9 @@ async def read_page(
     if query.api_key_ids:
         statement = statement.where(LedgerEntry.api_key_id.in_(query.api_key_ids))
     if query.project_ids:
-        statement = statement.where(LedgerEntry.tenant_id.in_(query.project_ids))
+        statement = statement.where(_project().in_(query.project_ids))
+    if query.user_ids:
+        statement = statement.where(LedgerEntry.end_user.in_(query.user_ids))
     statement = scope_to(statement, LedgerEntry, principal)
     statement = statement.group_by(*keys).order_by(*keys)
     for row in (await session.execute(statement)).all():
@@ -291,6 +304,7 @@ async def read_page(
                 model=values.get("model"),
                 api_key_id=values.get("api_key_id"),
                 project_id=values.get("project_id"),
+                user_id=values.get("user_id"),
                 batch=None if batch is None else bool(batch),
             )
         )

@@ -54,7 +54,7 @@ def _usage_bucket(bucket: OrgBucket) -> dict[str, Any]:
                 "output_audio_tokens": 0,
                 "num_model_requests": r.num_model_requests,
                 "project_id": r.project_id,
-                "user_id": None,
+                "user_id": r.user_id,
                 "api_key_id": r.api_key_id,
                 "model": r.model,
                 "batch": r.batch,

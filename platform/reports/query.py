@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 
 from hydrant.platform.errors import InvalidRequest
+from hydrant.platform.ledger.attribution import MAX_TAG_KEY, TAG_KEY
 
 Bucket = Literal["day", "hour"]
 BUCKETS: tuple[Bucket, ...] = ("day", "hour")
@@ -24,6 +25,10 @@ DEFAULT_SPAN = timedelta(days=7)
 # (an hourly report of ten years would be ~90,000 buckets per tenant and model).
 MAX_SPAN: dict[Bucket, timedelta] = {"day": timedelta(days=3 * 366), "hour": timedelta(days=62)}
 MAX_FILTER_LENGTH = 200
+# What a report may group by below the tenant (`by`): a key, a project, a hashed end
+# user, or the value of one tag (`tag:<key>`).
+ATTRIBUTES = ("key", "project", "user")
+TAG_PREFIX = "tag:"
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,14 @@ class ReportQuery:
     group_by: Bucket = "day"
     tenant_id: str | None = None
     model: str | None = None
+    by: str | None = None  # `key`, `project`, `user` or `tag:<key>` (None: no attribution)
+
+    @property
+    def tag(self) -> str | None:
+        """The tag key a `tag:<key>` report groups by."""
+        if self.by is None or not self.by.startswith(TAG_PREFIX):
+            return None
+        return self.by.removeprefix(TAG_PREFIX)
 
 
 def parse_moment(text: str, *, param: str, end_of_day: bool = False) -> datetime:
@@ -62,6 +75,22 @@ def _filter(value: str | None, param: str) -> str | None:
     return value.strip()
 
 
+def parse_by(value: str | None) -> str | None:
+    """The attribution a report groups by, or a 400 naming `by`."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if value in ATTRIBUTES:
+        return value
+    if value.startswith(TAG_PREFIX) and TAG_KEY.fullmatch(value.removeprefix(TAG_PREFIX)):
+        return value
+    raise InvalidRequest(
+        f"by must be `key`, `project`, `user` or `tag:<key>` (a tag key of 1-{MAX_TAG_KEY}"
+        " letters, digits, `_`, `.` or `-`)",
+        param="by",
+    )
+
+
 def build_query(
     *,
     now: datetime,
@@ -70,6 +99,7 @@ def build_query(
     group_by: str = "day",
     tenant_id: str | None = None,
     model: str | None = None,
+    by: str | None = None,
 ) -> ReportQuery:
     """The report query, defaulting to the 7 days up to `now`; 400 on anything malformed."""
     if group_by not in BUCKETS:
@@ -91,4 +121,5 @@ def build_query(
         group_by=bucket,
         tenant_id=_filter(tenant_id, "tenant_id"),
         model=_filter(model, "model"),
+        by=parse_by(by),
     )

@@ -35,6 +35,7 @@ from hydrant.platform.auth.principal import Principal
 from hydrant.platform.auth.scoping import scope_to
 from hydrant.platform.billing.money import STORAGE_PLACES
 from hydrant.platform.db.models import LedgerEntry, ModelDeployment
+from hydrant.platform.ledger.attribution import TAG_KEY
 from hydrant.platform.reports.query import ReportQuery
 
 SECONDS_PLACES = 9  # the scale of `device_seconds` (NUMERIC(20, 9))
@@ -71,6 +72,9 @@ class AggregateRow:
     # The device cost is the gateway's estimate (an upstream pool's model: its servers report
     # no device time; dispatch.upstream_cost apportions their wall time), not a measurement.
     device_cost_estimated: bool = False
+    # The key, project, hashed end user or tag value of the group when the report is by
+    # one (`ReportQuery.by`); None there means entries without it (a tenant-level key).
+    group: str | None = None
 
     @property
     def margin(self) -> Decimal:
@@ -134,9 +138,41 @@ def reported_model() -> ColumnElement[str]:
     )
 
 
+def tag_value(dialect: str, key: str) -> ColumnElement[Any]:
+    """One tag's value of an entry (NULL without it), as each backend reads JSON.
+
+    Inlined, like `bucket_of`, so SELECT and GROUP BY are the same SQL text; `key` is a
+    checked tag key (letters, digits, `_ . -`: nothing to escape in either quoting).
+    """
+    if TAG_KEY.fullmatch(key) is None:
+        raise ValueError(f"not a tag key: {key!r}")
+    if dialect == "postgresql":
+        return literal_column(f"(ledger_entries.tags ->> '{key}')")
+    if dialect == "sqlite":
+        return literal_column(f"json_extract(ledger_entries.tags, '$.\"{key}\"')")
+    raise UnsupportedDatabase(f"reports do not support the {dialect!r} database")
+
+
+def attribute_of(dialect: str, query: ReportQuery) -> ColumnElement[Any] | None:
+    """The column a report `by` an attribution groups on (None: not by one)."""
+    if query.by is None:
+        return None
+    tag = query.tag
+    if tag is not None:
+        return tag_value(dialect, tag)
+    columns = {
+        "key": LedgerEntry.api_key_id,
+        "project": LedgerEntry.project_id,
+        "user": LedgerEntry.end_user,
+    }
+    return columns[query.by].expression
+
+
 def aggregate_statement(dialect: str, principal: Principal, query: ReportQuery) -> Select[Any]:
     bucket = bucket_of(dialect, query.group_by).label("bucket")
     model = reported_model()
+    attribute = attribute_of(dialect, query)
+    extra = [] if attribute is None else [attribute]
     statement = (
         select(
             bucket,
@@ -155,6 +191,7 @@ def aggregate_statement(dialect: str, principal: Principal, query: ReportQuery) 
                 case((LedgerEntry.batch_id.is_not(None), LedgerEntry.charged), else_=0),
                 STORAGE_PLACES,
             ),
+            *extra,
         )
         .join(ModelDeployment, ModelDeployment.id == LedgerEntry.model_id)
         .where(LedgerEntry.finished_at >= query.since, LedgerEntry.finished_at < query.until)
@@ -164,7 +201,7 @@ def aggregate_statement(dialect: str, principal: Principal, query: ReportQuery) 
     if query.model is not None:
         statement = statement.where(model == query.model)
     statement = scope_to(statement, LedgerEntry, principal)
-    group = (bucket_of(dialect, query.group_by), LedgerEntry.tenant_id, model)
+    group = (bucket_of(dialect, query.group_by), LedgerEntry.tenant_id, model, *extra)
     return statement.group_by(*group).order_by(*group)
 
 
@@ -188,6 +225,7 @@ async def aggregate(
             device_cost=_decimal(row[9], dialect, STORAGE_PLACES),
             batch_requests=int(row[10]),
             batch_charged=_decimal(row[11], dialect, STORAGE_PLACES),
+            group=None if query.by is None or row[12] is None else str(row[12]),
         )
         for row in result.all()
     ]

@@ -40,6 +40,7 @@ class Period(Struct, kw_only=True):
     since: str
     until: str
     group_by: Bucket
+    by: str | None = None  # the attribution rows are grouped by (`key`, `project`, ...)
 
 
 class RoundedTotals(Struct, kw_only=True):
@@ -64,6 +65,7 @@ class CostRow(Struct, kw_only=True):
     margin: str
     batch_requests: int  # of `requests`, the Batch API's lines
     batch_charged: str  # of `charged`, theirs (at the batch price)
+    group: str | None = None  # the key, project, hashed user or tag value (`by`)
 
     @classmethod
     def of(cls, row: AggregateRow) -> CostRow:
@@ -82,6 +84,7 @@ class CostRow(Struct, kw_only=True):
             margin=money_text(row.margin),
             batch_requests=row.batch_requests,
             batch_charged=money_text(row.batch_charged),
+            group=row.group,
         )
 
 
@@ -122,7 +125,9 @@ class CostTotals(Struct, kw_only=True):
 
 def _period(report: CostReport) -> Period:
     q = report.query
-    return Period(since=moment_text(q.since), until=moment_text(q.until), group_by=q.group_by)
+    return Period(
+        since=moment_text(q.since), until=moment_text(q.until), group_by=q.group_by, by=q.by
+    )
 
 
 class CostReportView(Struct, kw_only=True):
@@ -154,6 +159,7 @@ class UsageRow(Struct, kw_only=True):
     charged: str
     batch_requests: int
     batch_charged: str
+    group: str | None = None  # the key, project, hashed user or tag value (`by`)
 
     @classmethod
     def of(cls, row: AggregateRow) -> UsageRow:
@@ -167,6 +173,7 @@ class UsageRow(Struct, kw_only=True):
             charged=money_text(row.charged),
             batch_requests=row.batch_requests,
             batch_charged=money_text(row.batch_charged),
+            group=row.group,
         )
 
 

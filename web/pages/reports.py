@@ -49,6 +49,7 @@ class Filters:
     tenant_id: str = ""
     model: str = ""
     group_by: str = "day"
+    by: str = ""  # an attribution: `key`, `project`, `user` or `tag:<key>`
 
     def query(self, *, tenant_scoped: bool) -> ReportQuery:
         return build_query(
@@ -58,6 +59,7 @@ class Filters:
             group_by=self.group_by or "day",
             tenant_id=None if tenant_scoped else (self.tenant_id or None),
             model=self.model or None,
+            by=self.by or None,
         )
 
     def as_params(self, **extra: str) -> dict[str, str]:
@@ -67,6 +69,7 @@ class Filters:
             "tenant_id": self.tenant_id,
             "model": self.model,
             "group_by": self.group_by,
+            "by": self.by,
             **extra,
         }
         return {k: v for k, v in values.items() if v}
@@ -107,9 +110,10 @@ class ReportPagesController(Controller):
         model: FromQuery[str] = "",
         group_by: FromQuery[str] = "day",
         day: FromQuery[str] = "",
+        by: FromQuery[str] = "",
     ) -> Response[str]:
         principal = page.admin()
-        filters = Filters(since, until, tenant_id, model, group_by)
+        filters = Filters(since, until, tenant_id, model, group_by, by)
         tenant_rows, _ = await tenants.list(principal, limit=200)
         model_rows, _ = await prices.list_deployments(limit=200)
         context: dict[str, Any] = {
@@ -143,9 +147,10 @@ class ReportPagesController(Controller):
         tenant_id: FromQuery[str] = "",
         model: FromQuery[str] = "",
         group_by: FromQuery[str] = "day",
+        by: FromQuery[str] = "",
     ) -> Response[str]:
         principal = page.admin()
-        query = Filters(since, until, tenant_id, model, group_by).query(tenant_scoped=False)
+        query = Filters(since, until, tenant_id, model, group_by, by).query(tenant_scoped=False)
         report = await reports.costs(principal, query)
         return page.respond(_csv(cost_report_csv(report), "costs", report))
 
@@ -181,10 +186,11 @@ class ReportPagesController(Controller):
         until: FromQuery[str] = "",
         model: FromQuery[str] = "",
         group_by: FromQuery[str] = "day",
+        by: FromQuery[str] = "",
     ) -> Response[str]:
         principal = page.signed_in()
         tenant = await tenants.get(principal, tenant_id)  # another tenant's id: 404
-        filters = Filters(since, until, tenant.id, model, group_by)
+        filters = Filters(since, until, tenant.id, model, group_by, by)
         context: dict[str, Any] = {
             "tenant": tenant,
             "filters": filters,
@@ -211,9 +217,10 @@ class ReportPagesController(Controller):
         until: FromQuery[str] = "",
         model: FromQuery[str] = "",
         group_by: FromQuery[str] = "day",
+        by: FromQuery[str] = "",
     ) -> Response[str]:
         principal = page.signed_in()
         tenant = await tenants.get(principal, tenant_id)
-        filters = Filters(since, until, tenant.id, model, group_by)
+        filters = Filters(since, until, tenant.id, model, group_by, by)
         report = await reports.costs(principal, filters.query(tenant_scoped=not principal.is_admin))
         return page.respond(_csv(usage_csv(report), "usage", report))

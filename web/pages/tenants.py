@@ -18,6 +18,9 @@ from hydrant.platform.errors import DomainError
 from hydrant.platform.keys.controllers import provide_key_service
 from hydrant.platform.keys.schemas import KeyView
 from hydrant.platform.keys.service import KeyService
+from hydrant.platform.projects.deps import provide_project_service
+from hydrant.platform.projects.schemas import ProjectView
+from hydrant.platform.projects.service import ProjectService
 from hydrant.platform.tenants.controllers import provide_plan_service, provide_tenant_service
 from hydrant.platform.tenants.plan_service import PlanService
 from hydrant.platform.tenants.schemas import TenantCreate, TenantUpdate
@@ -42,6 +45,7 @@ class TenantPagesController(Controller):
         "tenants": Provide(provide_tenant_service),
         "plans": Provide(provide_plan_service),
         "keys": Provide(provide_key_service),
+        "projects": Provide(provide_project_service),
     }
 
     @get("/")
@@ -93,13 +97,14 @@ class TenantPagesController(Controller):
         tenants: NamedDependency[TenantService],
         plans: NamedDependency[PlanService],
         keys: NamedDependency[KeyService],
+        projects: NamedDependency[ProjectService],
         notice: FromQuery[str | None] = None,
     ) -> Response[str]:
         principal = page.signed_in()
         tenant = await tenants.get(principal, tenant_id)  # 404 for another tenant's id
         if not principal.is_admin:
             return page.redirect(f"/ui/tenants/{tenant.id}/usage")
-        return await _render_detail(page, tenant_id, tenants, plans, keys, notice=notice)
+        return await _render_detail(page, tenant_id, tenants, plans, keys, projects, notice=notice)
 
     @post("/{tenant_id:str}/status")
     async def set_status(
@@ -133,6 +138,7 @@ class TenantPagesController(Controller):
         tenants: NamedDependency[TenantService],
         plans: NamedDependency[PlanService],
         keys: NamedDependency[KeyService],
+        projects: NamedDependency[ProjectService],
     ) -> Response[str]:
         form = await read_form(request, page)
         principal = page.admin()
@@ -143,7 +149,14 @@ class TenantPagesController(Controller):
                 raise
             await db_session.rollback()
             return await _render_detail(
-                page, tenant_id, tenants, plans, keys, error=exc.message, status=exc.status
+                page,
+                tenant_id,
+                tenants,
+                plans,
+                keys,
+                projects,
+                error=exc.message,
+                status=exc.status,
             )
         return page.redirect(f"/ui/tenants/{tenant_id}?notice=plan")
 
@@ -157,6 +170,7 @@ class TenantPagesController(Controller):
         tenants: NamedDependency[TenantService],
         plans: NamedDependency[PlanService],
         keys: NamedDependency[KeyService],
+        projects: NamedDependency[ProjectService],
     ) -> Response[str]:
         form = await read_form(request, page)
         principal = page.admin()
@@ -169,15 +183,25 @@ class TenantPagesController(Controller):
                 tenants,
                 plans,
                 keys,
+                projects,
                 error="A key name has at most 200 characters.",
                 status=400,
             )
         try:
-            key, secret = await keys.create(principal, tenant_id=tenant_id, name=name)
+            key, secret = await keys.create(
+                principal, tenant_id=tenant_id, name=name, project=form.text("project") or None
+            )
         except DomainError as exc:
             await db_session.rollback()
             return await _render_detail(
-                page, tenant_id, tenants, plans, keys, error=exc.message, status=exc.status
+                page,
+                tenant_id,
+                tenants,
+                plans,
+                keys,
+                projects,
+                error=exc.message,
+                status=exc.status,
             )
         return page.reveal_once(Reveal(secret, key.id, key.prefix, key.tenant_id, action="created"))
 
@@ -215,6 +239,7 @@ async def _render_detail(
     tenants: TenantService,
     plans: PlanService,
     keys: KeyService,
+    projects: ProjectService,
     *,
     notice: str | None = None,
     error: str | None = None,
@@ -225,6 +250,7 @@ async def _render_detail(
     plan = await tenants.plan_of(tenant)
     plan_rows, _ = await plans.list(limit=200, after=None)
     key_rows, more_keys = await keys.list(principal, tenant_id=tenant.id, limit=200)
+    project_rows = await projects.list(principal, tenant.id, archived=True)
     now = keys.now()
     return page.render(
         "tenant.html",
@@ -234,6 +260,8 @@ async def _render_detail(
         plans=plan_rows,
         keys=[KeyView.of(k, now) for k in key_rows],
         more_keys=more_keys,
+        projects=[ProjectView.of(p) for p in project_rows],
+        project_names={p.id: p.name for p in project_rows},
         notice=NOTICES.get(notice or ""),
         error=error,
     )

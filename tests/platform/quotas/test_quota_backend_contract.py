@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from decimal import Decimal
+
 import pytest
 from quota_helpers import ManualClock
 
@@ -14,9 +17,15 @@ from hydrant.platform.quotas import (
     LimitUsage,
     QuotaBackend,
     QuotaExceeded,
+    TenantQuota,
     WindowCheck,
     WindowState,
+    build_checks,
+    classify,
+    settle_amounts,
 )
+from hydrant.platform.quotas.policy import KeyQuota, ProjectQuota
+from hydrant.platform.quotas.rate_headers import rate_limit_headers
 
 DAY_END = 1_750_000_000.0 + 3_600.0
 
@@ -292,3 +301,91 @@ async def test_a_budget_never_counts_less_than_its_floor(backend: QuotaBackend) 
     lower = BudgetCheck("credit", "{t1}:credit", 100, 10, DAY_END, 900.0, floor=20)
     await backend.admit([lower])  # a stale, lower floor takes nothing back
     assert await backend.usage(lower) == LimitUsage(used=60, reserved=40)
+
+
+async def test_a_project_budget_stricter_than_the_tenants_refuses_first(
+    backend: QuotaBackend,
+) -> None:
+    """A project's budgets ride in the same atomic call as the tenant's (quotas/plan.py):
+    its own counter refuses while the tenant's has room, and a refusal reserves nothing
+    in either; another project of the tenant is untouched."""
+    at = datetime(2026, 12, 5, 12, tzinfo=UTC)
+    tenant = TenantQuota(tokens_per_day=1_000)
+
+    def checks(project: str, limit: int) -> tuple[Check, ...]:
+        return build_checks(
+            tenant_id="t1",
+            key_id="k1",
+            tier=classify(10, 10),
+            quota=tenant,
+            reserve_tokens=20,
+            reserve_money=Decimal(0),
+            at=at,
+            project=ProjectQuota(project, tokens_per_day=limit),
+        )
+
+    first = await backend.admit(checks("proj_a", 30))
+    await backend.settle(first, settle_amounts(first, tokens=20, money=Decimal(0)))
+    error = await refused(backend, *checks("proj_a", 30))
+    assert error.refusal.limit_name == "project_tokens_day"
+    tenant_day, project_day = (
+        next(c for c in checks("proj_a", 30) if c.name == name)
+        for name in ("tokens_day", "project_tokens_day")
+    )
+    assert await backend.usage(tenant_day) == LimitUsage(used=20, reserved=0)
+    assert await backend.usage(project_day) == LimitUsage(used=20, reserved=0)
+    await backend.admit(checks("proj_b", 30))  # another project: its own counter
+
+
+async def test_a_project_rate_refuses_and_names_itself_in_the_headers(
+    backend: QuotaBackend,
+) -> None:
+    at = datetime(2026, 12, 5, 12, tzinfo=UTC)
+
+    def checks() -> tuple[Check, ...]:
+        return build_checks(
+            tenant_id="t1",
+            key_id="k1",
+            tier=classify(10, 10),
+            quota=TenantQuota(requests_per_minute=100),
+            reserve_tokens=20,
+            reserve_money=Decimal(0),
+            at=at,
+            project=ProjectQuota("proj_a", requests_per_minute=2),
+        )
+
+    admitted = await backend.admit(checks())
+    # The tighter per-minute window (the project's, 1 left) is what the headers describe.
+    assert rate_limit_headers(admitted.windows)["x-ratelimit-remaining-requests"] == "1"
+    await backend.admit(checks())
+    error = await refused(backend, *checks())
+    assert error.refusal.limit_name == "project_rpm"
+    headers = rate_limit_headers(error.windows, "project_rpm", error.refusal.retry_after_s)
+    assert (headers["x-ratelimit-limit-requests"], headers["x-ratelimit-remaining-requests"]) == (
+        "2",
+        "0",
+    )
+
+
+async def test_a_key_budget_refuses_while_its_project_and_tenant_have_room(
+    backend: QuotaBackend,
+) -> None:
+    at = datetime(2026, 12, 5, 12, tzinfo=UTC)
+
+    def checks(key_id: str) -> tuple[Check, ...]:
+        return build_checks(
+            tenant_id="t1",
+            key_id=key_id,
+            tier=classify(1000, 24),  # the limited tier: its per-key rate is checked too
+            quota=TenantQuota(tokens_per_day=1_000),
+            reserve_tokens=20,
+            reserve_money=Decimal(0),
+            at=at,
+            project=ProjectQuota("proj_a", tokens_per_day=500),
+            key_quota=KeyQuota(key_id, tokens_per_day=30),
+        )
+
+    await backend.admit(checks("k1"))
+    error = await refused(backend, *checks("k1"))
+    assert error.refusal.limit_name == "key_tokens_day"
+    await backend.admit(checks("k2"))  # another key of the same project: its own budget

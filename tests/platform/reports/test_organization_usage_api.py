@@ -228,7 +228,7 @@ async def test_admin_keys_only_and_openai_errors(cp: ControlPlane) -> None:
         ({"start_time": "soon"}, "start_time"),
         ({"start_time": 100, "end_time": 50}, "end_time"),
         ({"start_time": 0, "end_time": 86400 * 40, "limit": 32}, "limit"),
-        ({"start_time": 0, "group_by": "user_id"}, "group_by"),
+        ({"start_time": 0, "group_by": "user"}, "group_by"),  # OpenAI's name is user_id
         ({"start_time": 0, "page": "page_bogus!"}, "page"),
         ({"start_time": 0, "bucket_width": "1w"}, "bucket_width"),
     ):

@@ -55,7 +55,9 @@ async def test_admin_cost_report_json(cp: ControlPlane) -> None:
         "since": "2026-03-05T00:00:00Z",
         "until": "2026-03-06T00:00:00Z",
         "group_by": "day",
+        "by": None,  # no attribution asked for: every row's `group` is null
     }
+    assert {r["group"] for r in body["data"]} == {None}
     assert [(r["tenant_id"], r["model"]) for r in body["data"]] == sorted(
         [(acme["id"], "alpha"), (acme["id"], "beta"), (globex["id"], "beta")]
     )
@@ -75,6 +77,7 @@ async def test_admin_cost_report_json(cp: ControlPlane) -> None:
         "margin": "0.066666",
         "batch_requests": 1,
         "batch_charged": "0.333334",
+        "group": None,
     }
     charged = sum((e.charged for e in entries), Decimal(0))
     cost = sum((e.device_cost for e in entries), Decimal(0))
@@ -115,9 +118,10 @@ async def test_csv_has_a_header_and_the_json_numbers(cp: ControlPlane) -> None:
         'filename="hydrant-costs-20260305-20260306.csv"' in response.headers["content-disposition"]
     )
     lines = list(csv.reader(io.StringIO(response.text)))
-    assert lines[0] == list(as_json.json()["data"][0])
+    # The JSON rows' columns; `group` only in a report by an attribution (`by`).
+    assert lines[0] == [k for k in as_json.json()["data"][0] if k != "group"]
     records = [dict(zip(lines[0], line, strict=True)) for line in lines[1:]]
-    expected = [{k: str(v) for k, v in r.items()} for r in as_json.json()["data"]]
+    expected = [{k: str(v) for k, v in r.items() if k != "group"} for r in as_json.json()["data"]]
     assert records == expected
     assert sum(Decimal(r["charged"]) for r in records) == Decimal(
         as_json.json()["totals"]["charged"]

@@ -64,3 +64,14 @@ def test_blank_filters_mean_no_filter() -> None:
     query = build_query(now=NOW, tenant_id="  ", model="")
     assert query.tenant_id is None and query.model is None
     assert build_query(now=NOW, model=" llama ").model == "llama"
+
+
+def test_by_names_an_attribution_or_one_tag() -> None:
+    for by in ("key", "project", "user", "tag:team", "tag:cost-center.v2"):
+        assert build_query(now=NOW, by=by).by == by
+    assert build_query(now=NOW, by="tag:team").tag == "team"
+    assert build_query(now=NOW, by=" ").by is None
+    for bad in ("tenant", "tag:", "tag:two words", "tag:x'--", "tag:" + "k" * 65):
+        with pytest.raises(InvalidRequest) as info:
+            build_query(now=NOW, by=bad)
+        assert info.value.param == "by"

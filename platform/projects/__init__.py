@@ -1,0 +1,1 @@
+"""Projects: attribution and budgets below the tenant (issue #26)."""
