@@ -23,6 +23,8 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Select,
+    String,
+    bindparam,
     case,
     cast,
     func,
@@ -141,15 +143,18 @@ def reported_model() -> ColumnElement[str]:
 def tag_value(dialect: str, key: str) -> ColumnElement[Any]:
     """One tag's value of an entry (NULL without it), as each backend reads JSON.
 
-    Inlined, like `bucket_of`, so SELECT and GROUP BY are the same SQL text; `key` is a
-    checked tag key (letters, digits, `_ . -`: nothing to escape in either quoting).
+    The key is a bound parameter rendered inline at execution (`literal_execute`, escaped by
+    the driver's dialect), so SELECT and GROUP BY are the same SQL text on PostgreSQL, as
+    `bucket_of` needs too; no SQL is built from the key's string here.
     """
     if TAG_KEY.fullmatch(key) is None:
         raise ValueError(f"not a tag key: {key!r}")
     if dialect == "postgresql":
-        return literal_column(f"(ledger_entries.tags ->> '{key}')")
+        name = bindparam(None, key, type_=String, literal_execute=True)
+        return func.json_extract_path_text(LedgerEntry.tags, name)
     if dialect == "sqlite":
-        return literal_column(f"json_extract(ledger_entries.tags, '$.\"{key}\"')")
+        path = bindparam(None, f'$."{key}"', type_=String, literal_execute=True)
+        return func.json_extract(LedgerEntry.tags, path)
     raise UnsupportedDatabase(f"reports do not support the {dialect!r} database")
 
 
