@@ -61,6 +61,9 @@ def test_a_drained_member_finishes_its_stream_takes_nothing_new_and_comes_back(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    # vLLM's finished-request count before the stream starts. Read here, not after the
+    # drain: the 200 tokens may all be generated inside vLLM before this test reads again.
+    seen = vllm.requests_seen_settled()
     events: list[dict[str, object]] = []
     with (
         httpx.Client(base_url=gateway.base_url, timeout=120) as http,
@@ -77,7 +80,6 @@ def test_a_drained_member_finishes_its_stream_takes_nothing_new_and_comes_back(
         assert drained.status_code == 200, drained.text
         (view,) = drained.json()["workers"]
         assert view["state"] == "draining"
-        seen = vllm.requests_seen()
         refused = http.post(
             "/v1/completions",
             json={"model": "demo", "prompt": "hi", "max_tokens": 4},

@@ -62,6 +62,17 @@ class VllmPeer:
         """Requests vLLM finished, whatever the reason (aborted ones included)."""
         return self.metric("vllm:request_success_total")
 
+    def requests_seen_settled(self, interval_s: float = 0.5) -> float:
+        """`requests_seen` once two reads `interval_s` apart agree: vLLM's metrics lag a
+        little behind an earlier test's last request, which must not count as this test's."""
+        seen = self.requests_seen()
+        while True:
+            time.sleep(interval_s)
+            settled = self.requests_seen()
+            if settled == seen:
+                return seen
+            seen = settled
+
 
 @contextlib.contextmanager
 def vllm_serve(model_dir: Path, log_dir: Path, model: str = "demo") -> Iterator[VllmPeer]:
