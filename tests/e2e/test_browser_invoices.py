@@ -170,6 +170,8 @@ def test_invoice_pages_and_pdf(server: RunningServer, browser: Any) -> None:
         rows = page.locator("#invoices-table tbody tr")
         assert rows.count() == 2
         page.get_by_role("link", name="HYD-", exact=False).click()
+        # all_inner_texts does not wait: the invoice page must have replaced the list first
+        assert page.locator("#invoice-status").inner_text() == "finalized"
         finalized = page.locator('#invoice-lines tbody tr[data-kind="usage"]').all_inner_texts()
         assert len(finalized) == 2 and any("other-model" in r for r in finalized)
         assert page.locator('[data-total="amount_due"]').inner_text() == "0.02 USD"

@@ -190,13 +190,20 @@ def test_one_ledger_row_per_200_with_a_device_time_estimate(
 ) -> None:
     tenant_id, key = gateway.tenant_key("upstream-ledger")
     base = f"{gateway.base_url}/v1"
+    full = {"ignore_eos": True}  # a sampled EOS would end an answer early (seen: 7 of 8)
     with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as own:
-        ids = [own.completions.create(model="demo", prompt=PROMPT, max_tokens=8).id]
-        ids += [
-            c.id
-            for c in own.completions.create(model="demo", prompt=PROMPT, max_tokens=8, stream=True)
-        ][:1]
-        ids.append(own.completions.create(model="demo", prompt=[PROMPT, PROMPT], max_tokens=4).id)
+        ids = [
+            own.completions.create(model="demo", prompt=PROMPT, max_tokens=8, extra_body=full).id
+        ]
+        streamed = own.completions.create(
+            model="demo", prompt=PROMPT, max_tokens=8, stream=True, extra_body=full
+        )
+        ids += [c.id for c in streamed][:1]
+        ids.append(
+            own.completions.create(
+                model="demo", prompt=[PROMPT, PROMPT], max_tokens=4, extra_body=full
+            ).id
+        )
     assert wait_for(lambda: len(ledger_rows(gateway, tenant_id)) == 3)
     rows = ledger_rows(gateway, tenant_id)
     assert sorted(r[0] for r in rows) == sorted(i.removeprefix("cmpl-") for i in ids)
