@@ -209,6 +209,7 @@ def test_admin_web_end_to_end(server: RunningServer, browser: Any) -> None:
         # Filtered to the tenant: its 3 requests only.
         page.get_by_label("Tenant", exact=True).select_option(acme_id)
         page.get_by_role("button", name="Show").click()
+        page.wait_for_load_state()
         assert page.locator("#total-requests").get_attribute("data-value") == "3"
 
         # The CSV download equals the API's CSV for the same filters, byte for byte.

@@ -166,11 +166,12 @@ def test_invoice_pages_and_pdf(server: RunningServer, browser: Any) -> None:
     try:
         _sign_in(page, server.base_url, key)
         page.get_by_role("link", name="Invoices").click()
+        page.wait_for_load_state()  # a click waits for the commit only: rows may still be parsing
         assert page.get_by_role("heading", level=1).inner_text() == "Invoices of acme-invoices"
         rows = page.locator("#invoices-table tbody tr")
         assert rows.count() == 2
         page.get_by_role("link", name="HYD-", exact=False).click()
-        # all_inner_texts does not wait: the invoice page must have replaced the list first
+        page.wait_for_load_state()
         assert page.locator("#invoice-status").inner_text() == "finalized"
         finalized = page.locator('#invoice-lines tbody tr[data-kind="usage"]').all_inner_texts()
         assert len(finalized) == 2 and any("other-model" in r for r in finalized)
