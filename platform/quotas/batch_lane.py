@@ -9,8 +9,9 @@ interactive request of the model is in flight no new line starts once `busy_slot
 lines run (default 0: none). An interactive request is in flight from its admission
 until its ledger entry is written (`Admission.close`): lines let go at its last token
 would store their results in the same moment and queue its entry's write behind theirs.
-Lines fill the gaps between interactive requests and give way as soon as one comes; `bench/batch_interference.py` measures it. Lines wait for a
-place as long as it takes (their batch has a day); nothing here refuses one.
+Lines fill the gaps between interactive requests and give way as soon as one comes;
+`bench/batch_interference.py` measures it. Lines wait for a place as long as it takes
+(their batch has a day); nothing here refuses one.
 
 Counted per gateway: another gateway's interactive requests reach the same workers
 unseen here, and there the engine's priority alone keeps them first.
