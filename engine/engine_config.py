@@ -129,6 +129,12 @@ class EngineConfig:
     `max_prefill_tokens_while_decoding` caps the prompt tokens of a step that also
     runs decodes (token_budget.py): a long prefill chunk stalls every running
     stream's next token for the whole step. None: no cap beyond the lanes'.
+    `max_background_step_tokens` caps the tokens background work (batch lines)
+    computes in a step, decodes and prompt chunks together (token_budget.py): a
+    foreground request that arrives waits for the step in progress, so a step of
+    background work alone must stay short. 64 keeps it near a decode step on the CPU;
+    on a GPU, where a step of a few hundred tokens costs about as much as a decode
+    step, raise it (512) or the batch's prefill throughput drops. None: no cap.
     `num_threads` is torch's intra-op thread count, set once when the engine is
     built (`LLMEngine.from_pretrained`): an integer, or "auto" (see
     `resolve_num_threads`: `OMP_NUM_THREADS` if set, else one core fewer than the
@@ -162,6 +168,7 @@ class EngineConfig:
     enforce_eager: bool = False
     num_threads: NumThreads | None = None
     max_prefill_tokens_while_decoding: int | None = 512
+    max_background_step_tokens: int | None = 64
     max_loras: int = 8
     max_cpu_loras: int = 32
     max_lora_rank: int = 16
@@ -211,6 +218,9 @@ class EngineConfig:
         cap = self.max_prefill_tokens_while_decoding
         if cap is not None and cap < 1:
             raise EngineConfigError(f"max_prefill_tokens_while_decoding must be >= 1, got {cap}")
+        cap = self.max_background_step_tokens
+        if cap is not None and cap < 1:
+            raise EngineConfigError(f"max_background_step_tokens must be >= 1, got {cap}")
         if self.num_threads is not None:
             parse_num_threads(self.num_threads)  # raises on 0, a negative, a typo
         if not (self.device == "cpu" or self.device.startswith("cuda")):

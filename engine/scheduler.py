@@ -16,8 +16,12 @@ preempted (its blocks freed, to be recomputed later), possibly the one asking.
 Background requests (priority `BACKGROUND_PRIORITY` or more: batch lines) are paused,
 keeping their blocks, in every step where a foreground request runs or is admitted:
 each extra sequence lengthens a step, and a foreground request must not wait on
-background work. A foreground request waiting for blocks does not pause them (they
-finish and free their blocks); a running one that needs a block preempts them first.
+background work. A foreground request that arrives while only background work runs
+starts in a step of its own (the background decodes wait that one step), and a step of
+background work computes at most `max_background_step_tokens` (its prompts chunked),
+so an arriving request waits on at most one short step (issue #27). A foreground
+request waiting for blocks does not pause them (they finish and free their blocks); a
+running one that needs a block preempts them first.
 
 The scheduler owns the block manager: every allocation, fork, free and
 prefix-cache reset goes through it, so the engine never touches blocks.
@@ -197,6 +201,24 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         foreground = any(not _background(s) for s in self.running)
+        if not foreground and any(not _background(s) for s in self.waiting):
+            # Only background work runs and a foreground request waits: it starts alone if
+            # it can; if it cannot (no blocks yet), the background work goes on.
+            self._schedule_waiting(self._budget(True), out, pause_background=True)
+            foreground = not out.is_empty
+        if out.is_empty:
+            budget = self._budget(foreground)
+            self._schedule_running(budget, out, foreground)
+            if not out.preempted:
+                self._schedule_waiting(budget, out, foreground)
+        out.block_copies = self.block_manager.pop_copies()
+        for item in out.scheduled:
+            req = item.seq.request
+            self.fairness.charge(req.tenant_id, item.num_new_tokens, req.tenant_weight)
+        return out
+
+    def _budget(self, foreground: bool) -> TokenBudget:
+        """The step's token budget; the lanes' demand leaves out paused background work."""
         long_demand = sum(
             s.num_uncomputed
             for s in (*self.running, *self.waiting)
@@ -207,15 +229,9 @@ class Scheduler:
             for s in (*self.running, *self.waiting)
             if s.lane == SHORT_LANE and s.num_uncomputed > 1 and not (foreground and _background(s))
         )
-        budget = TokenBudget(self.config, long_demand, short_prefill_demand)
-        self._schedule_running(budget, out, foreground)
-        if not out.preempted:
-            self._schedule_waiting(budget, out, foreground)
-        out.block_copies = self.block_manager.pop_copies()
-        for item in out.scheduled:
-            req = item.seq.request
-            self.fairness.charge(req.tenant_id, item.num_new_tokens, req.tenant_weight)
-        return out
+        return TokenBudget(
+            self.config, long_demand, short_prefill_demand, self.config.max_background_step_tokens
+        )
 
     def _schedule_running(
         self, budget: TokenBudget, out: SchedulerOutput, pause_background: bool
@@ -229,7 +245,10 @@ class Scheduler:
                 paused.append(seq)  # still the first preemption victims of the others
                 continue
             prefill = seq.num_uncomputed > 1  # the rest of a chunked prompt
-            wanted = budget.grant(seq.lane, seq.num_uncomputed, prefill=prefill)
+            background = _background(seq)
+            wanted = budget.grant(
+                seq.lane, seq.num_uncomputed, prefill=prefill, background=background
+            )
             if wanted == 0:
                 continue
             start = seq.num_computed_tokens
@@ -237,7 +256,7 @@ class Scheduler:
                 candidates = pending + paused
                 victim = max(candidates, key=self._key) if candidates else seq
                 if victim is seq:
-                    budget.refund(seq.lane, wanted, prefill=prefill)
+                    budget.refund(seq.lane, wanted, prefill=prefill, background=background)
                     self._preempt(seq, out)
                     break
                 (paused if victim in paused else pending).remove(victim)
@@ -256,23 +275,24 @@ class Scheduler:
                 break
             if budget.lane_left(seq.lane) == 0:
                 continue
-            if pause_background and _background(seq):
-                break  # every one left is background: they wait for an idle step
+            background = _background(seq)
+            if background and (pause_background or budget.background_left == 0):
+                break  # every one left is background: they wait for an idle step, or the next
             # a prompt to score is computed in full: cached blocks have no logits to give
             params = seq.request.params
             whole = params.prompt_logprobs is not None or (params.embed and self.pool_every_token)
             cached = [] if whole else self.block_manager.find_cached_prefix(seq)
             remaining = seq.num_tokens - len(cached) * self.block_manager.block_size
-            wanted = budget.grant(seq.lane, remaining, prefill=True)
+            wanted = budget.grant(seq.lane, remaining, prefill=True, background=background)
             if wanted == 0:
                 continue
             if self.adapters is not None and not self.adapters.acquire(seq):
-                budget.refund(seq.lane, wanted, prefill=True)
+                budget.refund(seq.lane, wanted, prefill=True, background=background)
                 continue  # its adapter is loading or every slot is busy: others go on
             # the watermark keeps room for running decodes; an idle engine needs none
             reserve = self._watermark if self.running or admitted else 0
             if not self.block_manager.allocate_slots(seq, wanted, cached, reserve):
-                budget.refund(seq.lane, wanted, prefill=True)
+                budget.refund(seq.lane, wanted, prefill=True, background=background)
                 self._unpin(seq)
                 break  # keep the order: a later, smaller request must not jump it forever
             self.block_manager.record_lookup(seq.num_tokens, seq.num_computed_tokens)
@@ -282,7 +302,7 @@ class Scheduler:
                 req.times.cached_tokens = seq.num_computed_tokens
             out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, wanted))
             admitted.append(seq)
-            pause_background = pause_background or not _background(seq)
+            pause_background = pause_background or not background
         for seq in admitted:
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING

@@ -17,6 +17,15 @@ while it has prompt work, so short prompts still start beside a long one
 and a flood of short ones does not stop a long one. A
 step without decodes prefills with the whole budget; the cap is at least
 one token, so prefill progresses in every step.
+
+Background work (batch lines) has a cap of its own, `background_cap`
+(`max_background_step_tokens`), on its decodes and prompt chunks together in
+a step. The scheduler runs background work only in steps without foreground
+work, but a foreground request that arrives meanwhile waits for the step in
+progress to end: a step of eight background prompts at once is several times
+a decode step (issue #27). Capped, background prompts are chunked over small
+steps, beside the other lines' decodes, which costs them little: no foreground
+stream is in those steps to wait on them.
 """
 
 from __future__ import annotations
@@ -29,9 +38,14 @@ class TokenBudget:
     """What is left of one step's token budget, per lane and in total."""
 
     def __init__(
-        self, config: EngineConfig, long_demand: int, short_prefill_demand: int = 0
+        self,
+        config: EngineConfig,
+        long_demand: int,
+        short_prefill_demand: int = 0,
+        background_cap: int | None = None,
     ) -> None:
         self.total_left = config.max_num_batched_tokens
+        self.background_left = self.total_left if background_cap is None else background_cap
         self._lane_left = {"short": config.short_lane_tokens, "long": config.long_lane_tokens}
         self._long_reserved = min(long_demand, config.long_lane_tokens, self.total_left)
         self._prefill_cap = config.max_prefill_tokens_while_decoding
@@ -44,11 +58,14 @@ class TokenBudget:
         self._prefill_used = {"short": 0, "long": 0}
         self._decoding = False  # a decode was granted: the prefill cap applies
 
-    def grant(self, lane: Lane, wanted: int, *, prefill: bool = False) -> int:
+    def grant(
+        self, lane: Lane, wanted: int, *, prefill: bool = False, background: bool = False
+    ) -> int:
         """Take up to `wanted` tokens for `lane`; returns how many were granted (may be 0).
 
         `prefill` says the tokens are a prompt chunk rather than a decode; decodes are
         granted first in a step, so the prefill cap knows whether it applies.
+        `background` says they are background work, which also draws on `background_left`.
         """
         if lane == LONG_LANE:
             available = min(self._lane_left[lane], self.total_left)
@@ -56,7 +73,11 @@ class TokenBudget:
             available = min(self._lane_left[lane], self.total_left - self._long_reserved)
         if prefill:
             available = min(available, self._prefill_room(lane))
+        if background:
+            available = min(available, self.background_left)
         granted = max(0, min(wanted, available))
+        if background:
+            self.background_left -= granted
         self._lane_left[lane] -= granted
         self.total_left -= granted
         if lane == LONG_LANE:
@@ -83,8 +104,12 @@ class TokenBudget:
         """No prompt chunk of either lane fits in this step any more."""
         return self._prefill_room(LONG_LANE) == 0 and self._prefill_room(SHORT_LANE) == 0
 
-    def refund(self, lane: Lane, tokens: int, *, prefill: bool = False) -> None:
+    def refund(
+        self, lane: Lane, tokens: int, *, prefill: bool = False, background: bool = False
+    ) -> None:
         """Give back a grant that could not be used (its sequence was preempted)."""
+        if background:
+            self.background_left += tokens
         self._lane_left[lane] += tokens
         self.total_left += tokens
         if prefill:

@@ -45,6 +45,7 @@ class WorkerOptions:
     enable_prefix_caching: bool = True
     num_threads: str = "auto"  # torch threads: "auto" or an integer (engine_config.py)
     max_prefill_tokens_while_decoding: int = 512  # 0: no cap
+    max_background_step_tokens: int = 64  # 0: no cap
     max_loras: int = 8  # LoRA adapters in device slots (EngineConfig)
     max_cpu_loras: int = 32
     max_lora_rank: int = 16
@@ -135,6 +136,7 @@ class WorkerRuntime:
             num_threads=parse_num_threads(self.options.num_threads),
             max_prefill_tokens_while_decoding=self.options.max_prefill_tokens_while_decoding
             or None,
+            max_background_step_tokens=self.options.max_background_step_tokens or None,
             max_loras=self.options.max_loras,
             max_cpu_loras=self.options.max_cpu_loras,
             max_lora_rank=self.options.max_lora_rank,

@@ -89,6 +89,7 @@ def worker(
         enable_prefix_caching=settings.enable_prefix_caching,
         num_threads=settings.engine_threads,
         max_prefill_tokens_while_decoding=settings.max_prefill_tokens_while_decoding,
+        max_background_step_tokens=settings.max_background_step_tokens,
         max_loras=settings.max_loras,
         max_cpu_loras=settings.max_cpu_loras,
         max_lora_rank=settings.max_lora_rank,

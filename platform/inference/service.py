@@ -206,6 +206,7 @@ class Generation:
             if self._after_record is not None:  # the entry is written: e.g. pay it from credits
                 await self._after_record(self.ctx)
         finally:
+            self._admission.close()  # now what waits for the model to be idle may go
             usage = outcome.usage
             # One line per request: ids and counts only, never prompt or completion text.
             log.info(
@@ -320,7 +321,10 @@ class InferenceService:
                 with contextlib.suppress(Exception):
                     await prompt.stream.aclose()  # type: ignore[attr-defined]
         empty = RequestUsage(prompt_tokens=0, cached_tokens=0, completion_tokens=0, device_ns=0)
-        await admission.settle(Outcome(status="failed", usage=empty, finished_at=utcnow()))
+        try:
+            await admission.settle(Outcome(status="failed", usage=empty, finished_at=utcnow()))
+        finally:
+            admission.close()
 
 
 async def _first_or_exception(

@@ -102,6 +102,11 @@ class Admission(Protocol):
         """Give back what was reserved and charge what was used."""
         ...
 
+    def close(self) -> None:
+        """The request is over: settled, its ledger entry written, its answer complete but
+        for the last bytes. Called once after `settle`, however the request ended."""
+        ...
+
 
 class Gatekeeper(Protocol):
     async def admit(self, ctx: RequestContext[Any]) -> Admission:
@@ -115,6 +120,9 @@ class NoSettlement:
         return {}
 
     async def settle(self, outcome: Outcome) -> None:
+        return None
+
+    def close(self) -> None:
         return None
 
 

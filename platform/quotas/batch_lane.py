@@ -6,9 +6,12 @@ runs; preempted first), but starting a line costs the gateway CPU (preparing and
 tokenizing it, storing the last one's result) and its prefill a step of its own. So the
 gate also bounds how many lines of a model run at once (`slots`), and while any
 interactive request of the model is in flight no new line starts once `busy_slots`
-lines run (default 0: none). Lines fill the gaps between interactive requests and give
-way as soon as one comes; `bench/batch_interference.py` measures it. Lines wait for a
-place as long as it takes (their batch has a day); nothing here refuses one.
+lines run (default 0: none). An interactive request is in flight from its admission
+until its ledger entry is written (`Admission.close`): lines let go at its last token
+would store their results in the same moment and queue its entry's write behind theirs.
+Lines fill the gaps between interactive requests and give way as soon as one comes;
+`bench/batch_interference.py` measures it. Lines wait for a place as long as it takes
+(their batch has a day); nothing here refuses one.
 
 Counted per gateway: another gateway's interactive requests reach the same workers
 unseen here, and there the engine's priority alone keeps them first.

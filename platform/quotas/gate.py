@@ -147,9 +147,15 @@ class _Settlement:
     batch_lane: BatchLane | None = None  # the model's, told when an interactive request ends
     rate_limit_headers: Mapping[str, str] = field(default_factory=dict)
 
+    def close(self) -> None:
+        """The batch lane hears of the end only now, not at `settle`: the response still
+        waits for its ledger entry, and batch lines let go at once (each storing its result
+        in a transaction) would queue that write behind theirs (issue #27)."""
+        lane, self.batch_lane = self.batch_lane, None  # once
+        if lane is not None:
+            lane.interactive_ended()
+
     async def settle(self, outcome: Outcome) -> None:
-        if self.batch_lane is not None:
-            self.batch_lane.interactive_ended()
         try:
             if self.admission is not None and self.admission.metered:
                 usage = outcome.usage
@@ -176,6 +182,9 @@ class _LineSettlement:
 
     async def settle(self, outcome: Outcome) -> None:
         self.lane.leave()
+
+    def close(self) -> None:
+        return None
 
 
 def format_money(value: Decimal) -> str:

@@ -24,6 +24,7 @@ from tiny_models import (
 )
 
 from hydrant.engine.llm_engine import LLMEngine
+from hydrant.engine.protocol import BACKGROUND_PRIORITY
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.scheduler import SchedulerOutput
 from hydrant.engine.sequence import Request
@@ -103,6 +104,40 @@ def test_batched_chunked_prefill_matches_transformers(
     assert _generate(engine, reference.prompts) == reference.outputs
     assert mixed_steps > 0  # prefill chunks really ran in the same forward as decodes
     assert engine.scheduler.num_preemptions == 0
+
+
+def test_background_work_in_capped_steps_matches_transformers(
+    reference: Reference, engines: EngineTracker
+) -> None:
+    """Batch lines (background, prompts chunked under `max_background_step_tokens`,
+    paused whenever foreground requests arrive) answer what a request alone answers."""
+    cap = 24
+    engine = engines.make(
+        reference.model_dir, kv_cache_bytes=1 << 24, max_background_step_tokens=cap
+    )
+    background_tokens: list[int] = []
+    schedule = engine.scheduler.schedule
+
+    def spy() -> SchedulerOutput:
+        out = schedule()
+        priorities = {item.seq.request.priority for item in out.scheduled}
+        assert len(priorities) <= 1  # never background and foreground in one step
+        if priorities == {BACKGROUND_PRIORITY}:
+            background_tokens.append(out.num_batched_tokens)
+        return out
+
+    engine.scheduler.schedule = spy
+    lines, urgent = reference.prompts[:8], reference.prompts[8:12]
+    for i, prompt in enumerate(lines):
+        engine.add_request(Request(f"b{i}", prompt, GREEDY, priority=BACKGROUND_PRIORITY))
+    for _ in range(5):
+        engine.step()
+    for i, prompt in enumerate(urgent):
+        engine.add_request(Request(f"a{i}", prompt, GREEDY))
+    finals = run_to_completion(engine)
+    assert [finals[f"b{i}"].outputs[0].token_ids for i in range(8)] == reference.outputs[:8]
+    assert [finals[f"a{i}"].outputs[0].token_ids for i in range(4)] == reference.outputs[8:12]
+    assert max(background_tokens) == cap  # the cap was reached, and held
 
 
 def test_prefix_cache_hits_do_not_change_results(

@@ -125,3 +125,13 @@ def test_the_setting_reaches_the_servers_with_zero_as_off() -> None:
     assert load_settings({}).max_prefill_tokens_while_decoding == 512
     env = {"HYDRANT_MAX_PREFILL_TOKENS_WHILE_DECODING": "0"}
     assert load_settings(env).max_prefill_tokens_while_decoding == 0
+
+
+def test_the_background_cap_must_be_positive_and_its_setting_has_zero_as_off() -> None:
+    from hydrant.settings import load_settings
+
+    with pytest.raises(EngineConfigError):
+        EngineConfig(max_background_step_tokens=0)
+    assert load_settings({}).max_background_step_tokens == 64
+    env = {"HYDRANT_MAX_BACKGROUND_STEP_TOKENS": "0"}
+    assert load_settings(env).max_background_step_tokens == 0

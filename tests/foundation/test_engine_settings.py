@@ -17,6 +17,7 @@ def test_long_lane_budget_and_max_num_seqs_reach_the_embedded_engine(
         {
             "HYDRANT_LONG_LANE_TOKENS": "128",
             "HYDRANT_MAX_NUM_SEQS": "7",
+            "HYDRANT_MAX_BACKGROUND_STEP_TOKENS": "24",
             "HYDRANT_TOOL_CALL_PARSERS": "demo=hermes",
         },
         data_dir=tmp_path,
@@ -28,6 +29,7 @@ def test_long_lane_budget_and_max_num_seqs_reach_the_embedded_engine(
         config = loaded.engines[0].engine.config  # type: ignore[attr-defined]
         assert config.long_lane_tokens == 128
         assert config.max_num_seqs == 7
+        assert config.max_background_step_tokens == 24
         assert loaded.registry.get("demo").max_num_seqs == 7
         assert loaded.registry.get("demo").tool_call_parser == "hermes"
     finally:

@@ -73,6 +73,7 @@ class Books:
     def __init__(self) -> None:
         self.settled: list[Outcome] = []
         self.recorded: list[tuple[str, Outcome]] = []
+        self.events: list[str] = []
 
     async def admit(self, ctx: RequestContext) -> Admission:
         books = self
@@ -82,11 +83,17 @@ class Books:
 
             async def settle(self, outcome: Outcome) -> None:
                 books.settled.append(outcome)
+                books.events.append("settled")
+
+            def close(self) -> None:
+                books.events.append("closed")
 
         return _Admission()
 
     async def record(self, ctx: RequestContext, outcome: Outcome) -> None:
+        await asyncio.sleep(0.01)  # a database's round trip: the settlement ends first
         self.recorded.append((ctx.request_id, outcome))
+        self.events.append("recorded")
 
 
 def _setup(
@@ -128,6 +135,9 @@ async def test_a_batch_settles_once_with_the_sum_of_its_prompts() -> None:
     assert usage.device_ns == 3000
     assert usage.e2e_seconds == pytest.approx(0.53)  # side by side: the slowest prompt's
     assert books.settled == [outcome]
+    # closed once, last: batch lines waiting for the model to be idle go only after the
+    # ledger entry is written (issue #27)
+    assert books.events == ["settled", "recorded", "closed"]
 
 
 async def test_a_prompt_refused_by_the_engine_stops_the_batch_and_charges_nothing() -> None:
@@ -140,6 +150,7 @@ async def test_a_prompt_refused_by_the_engine_stops_the_batch_and_charges_nothin
     assert books.recorded == []
     [outcome] = books.settled
     assert outcome.status == "failed" and outcome.usage.prompt_tokens == 0
+    assert books.events == ["settled", "closed"]
 
 
 async def test_a_client_leaving_mid_batch_aborts_every_unfinished_prompt() -> None:
@@ -165,6 +176,7 @@ async def test_a_client_leaving_mid_batch_aborts_every_unfinished_prompt() -> No
     assert outcome.usage.prompt_tokens == 5  # counted by the gateway: no usage was reported
     assert outcome.usage.completion_tokens >= 6
     assert books.settled == [outcome]
+    assert books.events == ["settled", "recorded", "closed"]  # a client gone: closed all the same
 
 
 async def test_a_single_prompt_runs_under_the_request_id() -> None:

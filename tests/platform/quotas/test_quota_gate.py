@@ -301,7 +301,11 @@ async def test_batch_lines_fill_the_lane_and_give_way_to_interactive_requests() 
     fourth = asyncio.create_task(g.admit(line()))
     await asyncio.sleep(0.02)
     assert not fourth.done()
-    await interactive.settle(outcome(10, 10))  # idle of interactive requests: all places
+    await interactive.settle(outcome(10, 10))
+    await asyncio.sleep(0.02)
+    assert not fourth.done()  # settled, but its ledger entry is not written yet
+    interactive.close()  # idle of interactive requests: all places
+    interactive.close()  # once only
     await asyncio.wait_for(fourth, 1)
     lane = g.batch_lane("demo")
     assert (lane.running, lane.interactive) == (2, 0)
@@ -335,8 +339,12 @@ async def test_quiet_waits_for_the_models_interactive_requests_to_end() -> None:
     first, second = await g.admit(ctx(10, 10)), await g.admit(ctx(10, 10))
     waiter = asyncio.create_task(g.quiet("demo"))
     await first.settle(outcome(10, 10))
+    first.close()
     await asyncio.sleep(0.02)
     assert not waiter.done()  # one still in flight
     await second.settle(outcome(10, 10))
+    await asyncio.sleep(0.02)
+    assert not waiter.done()  # settled, not closed: its response waits for its ledger entry
+    second.close()
     await asyncio.wait_for(waiter, 1)
     await asyncio.wait_for(g.quiet("other"), 1)  # another model's traffic is not waited on
