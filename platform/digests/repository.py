@@ -8,7 +8,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,6 +23,7 @@ from hydrant.platform.db.models import (
     DigestSettings,
     DigestUnsubscribe,
     LedgerEntry,
+    Project,
     Tenant,
 )
 from hydrant.platform.reports.repository import exact_sum
@@ -43,6 +44,30 @@ async def active_tenants(session: AsyncSession) -> Sequence[Tenant]:
 
 async def all_tenants(session: AsyncSession) -> Sequence[Tenant]:
     return (await session.scalars(select(Tenant))).all()
+
+
+_BUDGET_COLUMNS = ("tokens_per_day", "tokens_per_month", "spend_per_day", "spend_per_month")
+
+
+async def budgeted_projects(session: AsyncSession, tenant_id: str) -> Sequence[Project]:
+    """The tenant's projects that set a budget of their own, archived ones too (their
+    keys keep working, so their budgets still apply)."""
+    has_budget = or_(*(getattr(Project, c).is_not(None) for c in _BUDGET_COLUMNS))
+    statement = (
+        select(Project).where(Project.tenant_id == tenant_id, has_budget).order_by(Project.id)
+    )
+    return (await session.scalars(statement)).all()
+
+
+async def budgeted_keys(session: AsyncSession, tenant_id: str) -> Sequence[ApiKey]:
+    """The tenant's unrevoked keys that set a budget of their own."""
+    has_budget = or_(*(getattr(ApiKey, c).is_not(None) for c in _BUDGET_COLUMNS))
+    statement = (
+        select(ApiKey)
+        .where(ApiKey.tenant_id == tenant_id, ApiKey.revoked_at.is_(None), has_budget)
+        .order_by(ApiKey.id)
+    )
+    return (await session.scalars(statement)).all()
 
 
 async def recipients_of(session: AsyncSession, tenant_id: str) -> list[str]:
