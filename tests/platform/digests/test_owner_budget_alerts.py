@@ -4,26 +4,20 @@ tenant's recipients and unsubscribes, beside the tenant's own plan alerts."""
 
 from __future__ import annotations
 
-import secrets
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from digest_factories import World, make_ledger, make_world
+from digest_factories import World, make_ledger, make_world, record
 from smtp_inbox import SmtpServer
 from sqlalchemy import select, update
 
-from hydrant.engine.protocol import RequestUsage, Sampling
 from hydrant.platform.db.models import ApiKey, BudgetAlertSend, Project
 from hydrant.platform.db.session import Database
 from hydrant.platform.digests import repository
-from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.job_table import JOB_TABLE
 from hydrant.platform.jobs.scheduler import EmbeddedScheduler
-from hydrant.platform.ledger.accounting import Outcome
-from hydrant.platform.ledger.attribution import Attribution
 from hydrant.platform.ledger.service import DatabaseLedger
-from hydrant.platform.quotas.admission import RequestContext
 from hydrant.settings import load_settings
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -38,23 +32,17 @@ async def spend(
     output_tokens: int,
     finished_at: datetime,
 ) -> None:
-    """An entry of llama-small (60 per million output tokens) attributed as the gateway
-    attributes one: the key's id and, if it has one, its project."""
-    key_id, prefix = world.keys[key]
-    ctx = RequestContext(
-        request_id=f"req_{secrets.token_hex(8)}",
-        tenant_id=world.tenant_id,
-        api_key_id=key_id,
-        key_prefix=prefix,
+    """llama-small output tokens (60 per million) on `key`, in `project_id` if given."""
+    await record(
+        ledger,
+        world,
+        key=key,
         model="llama-small",
-        prepared=PreparedRequest.single([1, 2, 3], Sampling(max_tokens=4)),
-        started_at=finished_at - timedelta(seconds=2),
-        attribution=Attribution(project_id=project_id),
+        finished_at=finished_at,
+        tokens=(0, 0, output_tokens),
+        device_ns=1_000,
+        project_id=project_id,
     )
-    usage = RequestUsage(
-        prompt_tokens=0, cached_tokens=0, completion_tokens=output_tokens, device_ns=1_000
-    )
-    await ledger.record(ctx, Outcome(status="finished", usage=usage, finished_at=finished_at))
 
 
 async def alerts(db: Database) -> list[tuple[str, str, str, str, int, str]]:
