@@ -55,16 +55,15 @@ class BudgetAlerts:
         claimed: list[str] = []
         async with self.database.session() as session:
             reports = ReportService(session)
+            projects = await repository.budgeted_projects(session)
+            keys = await repository.budgeted_keys(session)
             for tenant in await repository.active_tenants(session):
                 uses = await budget_uses(reports, tenant.id, await plan_of(session, tenant), moment)
-                projects = await repository.budgeted_projects(session, tenant.id)
-                uses += await owner_budget_uses(
-                    reports, tenant.id, [BudgetOwner.of_project(p) for p in projects], moment
-                )
-                keys = await repository.budgeted_keys(session, tenant.id)
-                uses += await owner_budget_uses(
-                    reports, tenant.id, [BudgetOwner.of_key(k) for k in keys], moment
-                )
+                for owners in (
+                    [BudgetOwner.of_project(p) for p in projects.get(tenant.id, [])],
+                    [BudgetOwner.of_key(k) for k in keys.get(tenant.id, [])],
+                ):
+                    uses += await owner_budget_uses(reports, tenant.id, owners, moment)
                 for use in uses:
                     for threshold in THRESHOLDS:
                         if use.percent < threshold:

@@ -49,25 +49,30 @@ async def all_tenants(session: AsyncSession) -> Sequence[Tenant]:
 _BUDGET_COLUMNS = ("tokens_per_day", "tokens_per_month", "spend_per_day", "spend_per_month")
 
 
-async def budgeted_projects(session: AsyncSession, tenant_id: str) -> Sequence[Project]:
-    """The tenant's projects that set a budget of their own, archived ones too (their
-    keys keep working, so their budgets still apply)."""
+async def budgeted_projects(session: AsyncSession) -> dict[str, list[Project]]:
+    """Every tenant's projects that set a budget of their own, by tenant id, archived ones
+    too (their keys keep working, so their budgets still apply). One query for all
+    tenants: the alert check runs every few minutes over every tenant."""
     has_budget = or_(*(getattr(Project, c).is_not(None) for c in _BUDGET_COLUMNS))
-    statement = (
-        select(Project).where(Project.tenant_id == tenant_id, has_budget).order_by(Project.id)
-    )
-    return (await session.scalars(statement)).all()
+    rows = await session.scalars(select(Project).where(has_budget).order_by(Project.id))
+    found: dict[str, list[Project]] = {}
+    for project in rows:
+        found.setdefault(project.tenant_id, []).append(project)
+    return found
 
 
-async def budgeted_keys(session: AsyncSession, tenant_id: str) -> Sequence[ApiKey]:
-    """The tenant's unrevoked keys that set a budget of their own."""
+async def budgeted_keys(session: AsyncSession) -> dict[str, list[ApiKey]]:
+    """Every tenant's unrevoked keys that set a budget of their own, by tenant id."""
     has_budget = or_(*(getattr(ApiKey, c).is_not(None) for c in _BUDGET_COLUMNS))
-    statement = (
+    rows = await session.scalars(
         select(ApiKey)
-        .where(ApiKey.tenant_id == tenant_id, ApiKey.revoked_at.is_(None), has_budget)
+        .where(ApiKey.tenant_id.is_not(None), ApiKey.revoked_at.is_(None), has_budget)
         .order_by(ApiKey.id)
     )
-    return (await session.scalars(statement)).all()
+    found: dict[str, list[ApiKey]] = {}
+    for key in rows:
+        found.setdefault(key.tenant_id or "", []).append(key)
+    return found
 
 
 async def recipients_of(session: AsyncSession, tenant_id: str) -> list[str]:
