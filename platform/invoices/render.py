@@ -111,7 +111,7 @@ def draw_invoice_pdf(doc: InvoiceDoc, font: PdfFont | None) -> bytes:
     heading = ("Line", "Requests", "Input tok.", "Cached tok.", "Output tok.",
                "Price in/cached/out per 1M", "Amount", "Credits")  # fmt: skip
     with pdf.table(
-        col_widths=(90, 16, 20, 20, 20, 50, 25, 25),
+        col_widths=(84, 20, 21, 22, 22, 48, 25, 25),  # wide enough for DejaVu Sans too
         text_align=("LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "LEFT", "RIGHT", "RIGHT"),
         line_height=5,
     ) as table:
