@@ -105,7 +105,12 @@ class BudgetAlerts:
             owner_id=alert.owner,
             owner_name=await self._owner_name(alert),
         )
-        whose = f"{use.owner}'s " if use.owner else ""
+        subject = f"Hydrant: {tenant.name} reached {alert.threshold}% of {use.label.lower()}"
+        if use.owner:
+            subject = (
+                f"Hydrant: {tenant.name}'s {use.owner} reached {alert.threshold}% of its"
+                f" {use.label.lower()}"
+            )
         await deliver(
             self.digests,
             BudgetAlertSend,
@@ -113,8 +118,7 @@ class BudgetAlerts:
             tenant,
             recipients,
             template="budget_alert",
-            subject=f"Hydrant: {tenant.name} reached {alert.threshold}% of"
-            f" {whose}{use.label.lower()}",
+            subject=subject,
             message_key=f"alert|{alert.id}",
             use=use,
             threshold=alert.threshold,
@@ -139,7 +143,7 @@ class BudgetAlerts:
         async with self.database.session() as session:
             if alert.scope == "project":
                 project = await session.get(Project, alert.owner)
-                return project.name if project is not None else alert.owner
+                return BudgetOwner.of_project(project).name if project else alert.owner
             key = await session.get(ApiKey, alert.owner)
             return BudgetOwner.of_key(key).name if key is not None else alert.owner
 

@@ -47,13 +47,19 @@ class BudgetOwner:
 
     @classmethod
     def of_project(cls, project: Project) -> BudgetOwner:
-        return cls("project", project.id, project.name, _limits(project))
+        return cls("project", project.id, one_line(project.name), _limits(project))
 
     @classmethod
     def of_key(cls, key: ApiKey) -> BudgetOwner:
         # The prefix is public (the key's list shows it); it tells apart keys of one name.
-        name = f"{key.name} ({key.prefix})" if key.name else key.prefix
+        name = f"{one_line(key.name)} ({key.prefix})" if key.name.strip() else key.prefix
         return cls("key", key.id, name, _limits(key))
+
+
+def one_line(name: str) -> str:
+    """A name as a mail subject can carry it: runs of white space (a line break included,
+    which a header refuses) as one space."""
+    return " ".join(name.split())
 
 
 def _limits(row: Plan | Project | ApiKey) -> dict[str, int | Decimal | None]:

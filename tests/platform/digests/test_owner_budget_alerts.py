@@ -60,7 +60,8 @@ async def test_project_and_key_budgets_alert_once_per_crossing(
 ) -> None:
     world = await make_world(db, recipients=["ops@acme.test", "cfo@acme.test"])
     async with db.session() as session:
-        web = Project(tenant_id=world.tenant_id, name="web", spend_per_day=Decimal("1.00"))
+        # a name with a line break (the API takes one) still makes a one-line subject
+        web = Project(tenant_id=world.tenant_id, name="web\n", spend_per_day=Decimal("1.00"))
         mobile = Project(tenant_id=world.tenant_id, name="mobile")  # no budget: no alert
         session.add_all([web, mobile])
         await session.flush()
@@ -113,8 +114,8 @@ async def test_project_and_key_budgets_alert_once_per_crossing(
     subjects = sorted(str(m["Subject"]) for m in mails)
     batch_prefix = world.keys["batch"][1]
     assert subjects == [
-        f'Hydrant: acme reached 80% of API key "batch ({batch_prefix})"\'s tokens per month',
-        'Hydrant: acme reached 80% of project "web"\'s spend per day',
+        f'Hydrant: acme\'s API key "batch ({batch_prefix})" reached 80% of its tokens per month',
+        'Hydrant: acme\'s project "web" reached 80% of its spend per day',
     ]
     [project_mail] = [m for m in mails if "project" in str(m["Subject"])]
     body = str(project_mail.get_body(("plain",)).get_content())  # type: ignore[union-attr]
