@@ -161,3 +161,32 @@ async def test_a_revoked_key_and_a_key_without_budgets_claim_nothing(
     assert await jobs.run("hydrant.budgets.check") == {"claimed": 0}
     await jobs.idle()
     assert await alerts(db) == [] and smtp.inbox.count() == 0
+
+
+async def test_a_name_with_a_line_break_still_makes_a_one_line_subject(
+    db: Database, smtp: SmtpServer, data_dir: Path
+) -> None:
+    """Names reach the subject as given (a tenant's or key's may hold a line break); the
+    mail goes, its subject on one line, instead of failing on every retry."""
+    world = await make_world(db, name="acme\nlabs", recipients=["ops@acme.test"])
+    async with db.session() as session:
+        await session.execute(
+            update(ApiKey)
+            .where(ApiKey.id == world.keys["batch"][0])
+            .values(name="nightly\r\nbatch", tokens_per_day=1_000)
+        )
+    await spend(
+        make_ledger(db, data_dir), world, key="batch", project_id=None, output_tokens=900,
+        finished_at=NOW,
+    )  # fmt: skip
+    settings = load_settings({}, data_dir=data_dir, smtp_url=smtp.url(), secret_key="s" * 40)
+    jobs = EmbeddedScheduler(settings, db, JOB_TABLE, clock=lambda: NOW, periodic=())
+    await jobs.run("hydrant.budgets.check")
+    await jobs.idle()
+    [mail] = smtp.inbox.to("ops@acme.test")
+    prefix = world.keys["batch"][1]
+    assert str(mail["Subject"]) == (
+        f'Hydrant: acme labs\'s API key "nightly batch ({prefix})" reached 80% of its'
+        " tokens per day"
+    )
+    assert {a[-1] for a in await alerts(db)} == {"sent"}
