@@ -205,6 +205,12 @@ class Settings:
     usage_export_lease_s: float = 300.0  # a claimed record is re-sent after this unmarked
     usage_export_timeout_s: float = 10.0  # one HTTP request to the receiver
     usage_export_lookback_hours: int = 168  # late ledger entries recorded this far back
+    # Delivered records of hours older than this are deleted (hydrant.billing.purge_usage_export)
+    # and no hour older is exported again; longer than the lookback. 0: kept forever.
+    usage_export_retention_days: int = 400
+    # The cost reconciliation's daily rows and worker timeline older than this are deleted
+    # (hydrant.billing.purge_reconciliation); at least 2 (yesterday is re-stored). 0: kept.
+    reconciliation_retention_days: int = 400
     # Fair share in front of upstream members: prompt + max_tokens this gateway has in flight on
     # one member, the rest waits in tenant-fair order (0: no bound, no fair queue) ...
     upstream_max_inflight_tokens: int = 65536
@@ -381,6 +387,7 @@ def load_settings(
             f"invoice_issuer {settings.invoice_issuer!r} must be 1-16 capital letters or digits"
             f" starting with a letter ({ENV_PREFIX}INVOICE_ISSUER)"
         )
+    _check_retention(settings)
     served = {spec.name for spec in settings.served_models()}
     unknown = sorted(set(_tool_call_parsers(settings.tool_call_parsers)) - served)
     if unknown:
@@ -396,3 +403,22 @@ def load_settings(
             f" ({ENV_PREFIX}POOL_BACKENDS)"
         )
     return settings
+
+
+def _check_retention(settings: Settings) -> None:
+    """Retentions too short to be safe: the usage export's must outlast its lookback (else a
+    purged hour could be exported twice), the reconciliation's must keep yesterday's
+    timeline, which the job stores again after midnight."""
+    export_days = settings.usage_export_retention_days
+    if export_days < 0 or 0 < export_days * 24 <= settings.usage_export_lookback_hours:
+        raise ConfigurationError(
+            f"usage_export_retention_days ({export_days}) must be 0 (kept forever) or longer"
+            f" than usage_export_lookback_hours ({settings.usage_export_lookback_hours} h)"
+            f" ({ENV_PREFIX}USAGE_EXPORT_RETENTION_DAYS)"
+        )
+    reconciliation_days = settings.reconciliation_retention_days
+    if reconciliation_days < 0 or reconciliation_days == 1:
+        raise ConfigurationError(
+            f"reconciliation_retention_days ({reconciliation_days}) must be 0 (kept forever)"
+            f" or at least 2 ({ENV_PREFIX}RECONCILIATION_RETENTION_DAYS)"
+        )

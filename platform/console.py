@@ -1,5 +1,5 @@
 """The control-plane services outside a request: for the console (`hydrant tenants …`,
-`hydrant batches …`, `hydrant billing …`).
+`hydrant batches …`, `hydrant billing …`, `hydrant projects …`, `hydrant credits …`).
 
 Same services as the admin API, made by the same providers (`*/deps.py`), on
 one session of the configured database (one unit of work: committed when the
@@ -32,12 +32,17 @@ from hydrant.platform.projects.service import ProjectService
 from hydrant.platform.tenants.deps import provide_plan_service, provide_tenant_service
 from hydrant.platform.tenants.plan_service import PlanService
 from hydrant.platform.tenants.service import TenantService
+from hydrant.platform.usage_export.deps import provide_billing_customer_service
+from hydrant.platform.usage_export.service import BillingCustomerService
 from hydrant.settings import Settings
 
 
 @dataclass
 class AdminServices:
     principal: Principal
+    # For work in short units of its own beside the command's one (a long export that
+    # reads a day per transaction), not for queries of the command's unit of work.
+    database: Database
     tenants: TenantService
     plans: PlanService
     keys: KeyService
@@ -47,6 +52,7 @@ class AdminServices:
     adapters: AdapterService
     invoices: InvoiceService
     projects: ProjectService
+    billing_customers: BillingCustomerService
 
 
 @asynccontextmanager
@@ -59,6 +65,7 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
         async with database.session() as session:
             yield AdminServices(
                 principal=CONSOLE,
+                database=database,
                 tenants=await provide_tenant_service(session, authenticator),
                 plans=await provide_plan_service(session, authenticator),
                 keys=await provide_key_service(session, authenticator, settings),
@@ -70,6 +77,7 @@ async def admin_services(settings: Settings) -> AsyncIterator[AdminServices]:
                 adapters=await provide_adapter_service(session, authenticator, None),
                 invoices=await provide_invoice_service(session, database, settings),
                 projects=await provide_project_service(session, authenticator),
+                billing_customers=await provide_billing_customer_service(session),
             )
     finally:
         await database.dispose()

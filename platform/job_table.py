@@ -41,6 +41,10 @@ PERIODIC: tuple[Periodic, ...] = (
     Periodic("cost-reconciliation", "hydrant.billing.reconcile", 3600.0),
     Periodic("stored-responses-purge", "hydrant.responses.purge", 3600.0),
     Periodic("files-purge", "hydrant.files.purge", 3600.0),
+    # Hourly, like the two above: past their retentions, the usage export's delivered
+    # records (usage_export/retention.py) and the reconciliation's rows and timeline.
+    Periodic("usage-export-purge", "hydrant.billing.purge_usage_export", 3600.0),
+    Periodic("reconciliation-purge", "hydrant.billing.purge_reconciliation", 3600.0),
     # Starts batches no runner holds: a new one whose run was not enqueued, or one whose
     # runner died (its lease lapsed), so a batch resumes within a lease and a sweep.
     Periodic("batches-sweep", "hydrant.batches.sweep", 10.0),

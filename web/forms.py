@@ -16,6 +16,7 @@ from litestar import Request
 from litestar.exceptions import HTTPException
 
 from hydrant.platform.errors import InvalidRequest
+from hydrant.platform.prices.decimal_text import DECIMAL_PATTERN
 from hydrant.web.context import Page
 
 MAX_FIELD_CHARS = 2000
@@ -72,4 +73,6 @@ def convert(kind: type[S], data: dict[str, object]) -> S:
             message = "must not be blank"
         elif (longest := _TOO_LONG.fullmatch(message)) is not None:
             message = f"has at most {longest.group(1)} characters"
+        elif message == f"Expected `str` matching regex {DECIMAL_PATTERN!r}":
+            message = "must be a number such as 2.50 (digits and a point, no sign)"
         raise InvalidRequest(f"{label}: {message}", param=field) from None

@@ -82,6 +82,15 @@ KEY_COLUMNS = (
     "name",
     "expires_at",
 )
+KEY_BUDGET_COLUMNS = (
+    "id",
+    "prefix",
+    "tenant_id",
+    "tokens_per_day",
+    "tokens_per_month",
+    "spend_per_day",
+    "spend_per_month",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
@@ -205,7 +214,7 @@ def tenants_resume(cli: CliContext, tenant: str) -> None:
 
 @click.group()
 def keys() -> None:
-    """Create, list, revoke and rotate API keys (shown once, stored as hashes)."""
+    """Create, list, budget, revoke and rotate API keys (shown once, stored as hashes)."""
 
 
 def _print_secret(
@@ -225,6 +234,7 @@ def _print_secret(
 @click.option("--expires-in-days", type=click.IntRange(min=1), help="Expire after N days.")
 @click.option("--project", help="The tenant's project the key belongs to (id or name).")
 @click.option("--tokens-per-day", type=click.IntRange(min=0), help="The key's daily token budget.")
+@click.option("--tokens-per-month", type=click.IntRange(min=0), help="Its monthly token budget.")
 @click.option("--spend-per-day", help='The key\'s daily spend budget, e.g. "5.00".')
 @click.option("--spend-per-month", help="The key's monthly spend budget.")
 @json_option
@@ -237,6 +247,7 @@ def keys_create(
     expires_in_days: int | None,
     project: str | None,
     tokens_per_day: int | None,
+    tokens_per_month: int | None,
     spend_per_day: str | None,
     spend_per_month: str | None,
     as_json: bool,
@@ -258,6 +269,7 @@ def keys_create(
             project=project,
             budgets={
                 "tokens_per_day": tokens_per_day,
+                "tokens_per_month": tokens_per_month,
                 "spend_per_day": spend_per_day,
                 "spend_per_month": spend_per_month,
             },
@@ -291,6 +303,52 @@ def keys_list(cli: CliContext, tenant: str | None, admin_keys: bool, as_json: bo
             after = rows[-1].id
 
     _emit(_run(cli, work), KEY_COLUMNS, as_json)
+
+
+BUDGET_NAMES = ("tokens-per-day", "tokens-per-month", "spend-per-day", "spend-per-month")
+
+
+@keys.command("budgets")
+@click.argument("key_id")
+@click.option("--tokens-per-day", type=click.IntRange(min=0), help="New daily token budget.")
+@click.option("--tokens-per-month", type=click.IntRange(min=0), help="New monthly token budget.")
+@click.option("--spend-per-day", help='New daily spend budget, e.g. "5.00".')
+@click.option("--spend-per-month", help="New monthly spend budget.")
+@click.option(
+    "--clear",
+    "cleared",
+    multiple=True,
+    type=click.Choice(BUDGET_NAMES),
+    help="Remove this budget (repeatable).",
+)
+@json_option
+@pass_context
+def keys_budgets(
+    cli: CliContext,
+    key_id: str,
+    cleared: tuple[str, ...],
+    as_json: bool,
+    **given: int | str | None,
+) -> None:
+    """Set or clear KEY_ID's own budgets; those not named are unchanged. With none
+    named, show them."""
+    from hydrant.platform.keys.schemas import KeyUpdate, KeyView
+
+    budgets: dict[str, int | str | None] = {k: v for k, v in given.items() if v is not None}
+    for name in cleared:
+        field = name.replace("-", "_")
+        if field in budgets:
+            raise click.UsageError(f"--{name} and --clear {name} contradict each other")
+        budgets[field] = None
+
+    async def work(s: AdminServices) -> KeyView:
+        if not budgets:
+            return KeyView.of(await s.keys.get(s.principal, key_id), s.keys.now())
+        body = msgspec.convert(budgets, KeyUpdate)  # the API's checks, the API's errors
+        key = await s.keys.update_budgets(s.principal, key_id, body.budgets())
+        return KeyView.of(key, s.keys.now())
+
+    _emit([_run(cli, work)], KEY_BUDGET_COLUMNS, as_json)
 
 
 @keys.command("revoke")

@@ -6,55 +6,18 @@ group and adds these two commands to it.
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 
+from hydrant.cli.admin import _run
 from hydrant.cli.context import CliContext, pass_context
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
-
-    from hydrant.platform.db.session import Database
-
-T = TypeVar("T")
-
-
-def _run(cli: CliContext, work: Callable[[Database], Awaitable[T]]) -> T:
-    from hydrant.platform.db import migrate
-    from hydrant.platform.db.session import Database
-    from hydrant.platform.errors import DomainError
-
-    settings = cli.settings()
-    if settings.auto_migrate:
-        migrate.upgrade(settings.effective_database_url)
-
-    async def main() -> T:
-        database = Database(settings.effective_database_url)
-        try:
-            return await work(database)
-        finally:
-            await database.dispose()
-
-    try:
-        return asyncio.run(main())
-    except DomainError as exc:
-        raise click.ClickException(exc.message) from None
-
-
-async def _tenant_id(session: AsyncSession, ref: str) -> str:
-    from hydrant.platform.auth.principal import CONSOLE
-    from hydrant.platform.tenants.repository import find_tenant
-
-    tenant = await find_tenant(session, CONSOLE, ref)
-    if tenant is None:
-        raise click.ClickException(f"no tenant {ref!r}")
-    return tenant.id
+    from hydrant.platform.console import AdminServices
 
 
 def _moment(text: str, param: str, *, end_of_day: bool = False) -> datetime:
@@ -109,17 +72,14 @@ def billing_export(
             err=True,
         )
 
-    async def work(database: Database) -> int:
-        tenant_id = None
-        if tenant is not None:
-            async with database.session() as session:
-                tenant_id = await _tenant_id(session, tenant)
+    async def work(s: AdminServices) -> int:
+        tenant_id = (await s.tenants.find(s.principal, tenant)).id if tenant else None
         stream = output.open("w", encoding="utf-8", newline="") if output else sys.stdout
         written = 0
         try:
             stream.write(formatter.header())
             async for row in hourly_usage(
-                database, start, end, tenant_id=tenant_id, progress=progress
+                s.database, start, end, tenant_id=tenant_id, progress=progress
             ):
                 stream.write(formatter.line(row))
                 written += 1
@@ -145,18 +105,13 @@ def billing_customer(
     """TENANT's Stripe customer (for the `stripe` usage export): shown, set, or cleared.
 
     Records of a tenant with none wait in the outbox and go once it is set."""
-    from hydrant.platform.auth.principal import CONSOLE
-    from hydrant.platform.usage_export.service import BillingCustomerService
-
     if clear and stripe_customer_id:
         raise click.UsageError("give a customer id or --clear, not both")
 
-    async def work(database: Database) -> str | None:
-        async with database.session() as session:
-            tenant_id = await _tenant_id(session, tenant)
-            customers = BillingCustomerService(session)
-            if stripe_customer_id or clear:
-                return await customers.set(CONSOLE, tenant_id, stripe_customer_id)
-            return await customers.get(CONSOLE, tenant_id)
+    async def work(s: AdminServices) -> str | None:
+        tenant_id = (await s.tenants.find(s.principal, tenant)).id
+        if stripe_customer_id or clear:
+            return await s.billing_customers.set(s.principal, tenant_id, stripe_customer_id)
+        return await s.billing_customers.get(s.principal, tenant_id)
 
     click.echo(_run(cli, work) or "(none)")

@@ -327,12 +327,20 @@ class DigestSend(Base):
 
 
 class BudgetAlertSend(Base):
-    """One alert per (tenant, budget, period, threshold): claimed before it is mailed."""
+    """One alert per (tenant, owner, budget, period, threshold): claimed before it is mailed.
+
+    The owner is the id of the tenant (its plan's budgets), project or API key whose
+    budget it is (migration 0018); ids are unique across tables, so the owner alone
+    tells the budgets apart and `scope` says which kind it names.
+    """
 
     __tablename__ = "budget_alert_sends"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("bal"))
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    scope: Mapped[str] = mapped_column(String(16), default="tenant", server_default="tenant")
+    # No foreign key: it names one of three tables (projects and keys are never deleted).
+    owner: Mapped[str] = mapped_column(String(40))
     budget: Mapped[str] = mapped_column(String(32))
     period: Mapped[str] = mapped_column(String(16))
     threshold: Mapped[int] = mapped_column(Integer)
@@ -343,8 +351,9 @@ class BudgetAlertSend(Base):
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
-        UniqueConstraint("tenant_id", "budget", "period", "threshold"),
+        UniqueConstraint("tenant_id", "owner", "budget", "period", "threshold"),
         CheckConstraint("status IN ('pending', 'sending', 'sent')", name="status"),
+        CheckConstraint("scope IN ('tenant', 'project', 'key')", name="scope"),
     )
 
 

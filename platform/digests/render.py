@@ -95,7 +95,9 @@ def build_message(
 ) -> EmailMessage:
     """The MIME message; `message_key` makes the Message-ID stable for one digest and recipient."""
     message = EmailMessage()
-    message["Subject"] = rendered.subject
+    # One line: a header refuses a line break, and a name in the subject (a tenant's, a
+    # project's) may hold one; the mail would otherwise fail on every retry.
+    message["Subject"] = " ".join(rendered.subject.split())
     message["From"] = sender
     message["To"] = recipient
     message["Date"] = format_datetime(now or datetime.now(UTC))

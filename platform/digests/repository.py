@@ -8,7 +8,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,6 +23,7 @@ from hydrant.platform.db.models import (
     DigestSettings,
     DigestUnsubscribe,
     LedgerEntry,
+    Project,
     Tenant,
 )
 from hydrant.platform.reports.repository import exact_sum
@@ -43,6 +44,35 @@ async def active_tenants(session: AsyncSession) -> Sequence[Tenant]:
 
 async def all_tenants(session: AsyncSession) -> Sequence[Tenant]:
     return (await session.scalars(select(Tenant))).all()
+
+
+_BUDGET_COLUMNS = ("tokens_per_day", "tokens_per_month", "spend_per_day", "spend_per_month")
+
+
+async def budgeted_projects(session: AsyncSession) -> dict[str, list[Project]]:
+    """Every tenant's projects that set a budget of their own, by tenant id, archived ones
+    too (their keys keep working, so their budgets still apply). One query for all
+    tenants: the alert check runs every few minutes over every tenant."""
+    has_budget = or_(*(getattr(Project, c).is_not(None) for c in _BUDGET_COLUMNS))
+    rows = await session.scalars(select(Project).where(has_budget).order_by(Project.id))
+    found: dict[str, list[Project]] = {}
+    for project in rows:
+        found.setdefault(project.tenant_id, []).append(project)
+    return found
+
+
+async def budgeted_keys(session: AsyncSession) -> dict[str, list[ApiKey]]:
+    """Every tenant's unrevoked keys that set a budget of their own, by tenant id."""
+    has_budget = or_(*(getattr(ApiKey, c).is_not(None) for c in _BUDGET_COLUMNS))
+    rows = await session.scalars(
+        select(ApiKey)
+        .where(ApiKey.tenant_id.is_not(None), ApiKey.revoked_at.is_(None), has_budget)
+        .order_by(ApiKey.id)
+    )
+    found: dict[str, list[ApiKey]] = {}
+    for key in rows:
+        found.setdefault(key.tenant_id or "", []).append(key)
+    return found
 
 
 async def recipients_of(session: AsyncSession, tenant_id: str) -> list[str]:

@@ -7,6 +7,7 @@ invoice, else its draft), with `.csv`, `.pdf` or `.html` for a download instead 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from litestar import Controller, Response, get, post
@@ -44,7 +45,9 @@ def split_ref(ref: str) -> tuple[str, str | None]:
     return ref, None
 
 
-def respond(doc: InvoiceDoc, extension: str | None) -> Response[Any]:
+async def respond(doc: InvoiceDoc, extension: str | None) -> Response[Any]:
+    """The invoice in the asked format; the PDF is drawn off the event loop (embedding its
+    font takes a CPU-bound tenth of a second or more)."""
     if extension is None:
         return Response(InvoiceView.of(doc))
     disposition = "inline" if extension == "html" else "attachment"
@@ -52,7 +55,8 @@ def respond(doc: InvoiceDoc, extension: str | None) -> Response[Any]:
     if extension == "csv":
         return Response(invoice_csv(doc), media_type=CSV_MEDIA_TYPE, headers=headers)
     if extension == "pdf":
-        return Response(invoice_pdf(doc), media_type=PDF_MEDIA_TYPE, headers=headers)
+        pdf = await asyncio.to_thread(invoice_pdf, doc)
+        return Response(pdf, media_type=PDF_MEDIA_TYPE, headers=headers)
     return Response(invoice_html(doc), media_type="text/html", headers=headers)
 
 
@@ -81,7 +85,7 @@ class AccountInvoicesController(Controller):
         invoice_service: NamedDependency[InvoiceService],
     ) -> Response[Any]:
         name, extension = split_ref(ref)
-        return respond(
+        return await respond(
             await invoice_service.get(principal, principal.tenant_id or "", name), extension
         )
 
@@ -113,7 +117,7 @@ class InvoiceAdminController(Controller):
         invoice_service: NamedDependency[InvoiceService],
     ) -> Response[Any]:
         name, extension = split_ref(ref)
-        return respond(await invoice_service.get(principal, tenant_id, name), extension)
+        return await respond(await invoice_service.get(principal, tenant_id, name), extension)
 
 
 class InvoiceFinalizeController(Controller):

@@ -10,6 +10,7 @@ invoices job re-sends it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from hydrant.platform.db.models import Invoice, InvoiceSend
@@ -40,6 +41,7 @@ class InvoiceMail:
         settings = self.digests.settings
         doc = doc_of(invoice, lines, tenant, settings.invoice_issuer_name)
         view = InvoiceView.of(doc)
+        pdf = await asyncio.to_thread(invoice_pdf, doc)  # CPU-bound: off the event loop
         await deliver(
             self.digests,
             InvoiceSend,
@@ -50,7 +52,7 @@ class InvoiceMail:
             subject=f"{settings.invoice_issuer_name} invoice {doc.number} for {doc.period}:"
             f" {view.amount_due} {doc.currency} due",
             message_key=f"invoice|{invoice.id}",
-            attachments=[(download_name(doc, "pdf"), "pdf", invoice_pdf(doc))],
+            attachments=[(download_name(doc, "pdf"), "pdf", pdf)],
             invoice=view,
             invoice_url=f"{public_url(settings)}/ui/tenants/{tenant.id}/invoices/{invoice.id}",
         )

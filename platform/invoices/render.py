@@ -1,9 +1,10 @@
 """An invoice as CSV, HTML and PDF, each from the JSON view's own strings (`InvoiceView`),
 so the four can never disagree on a line or a total.
 
-The PDF is drawn with fpdf2 (pure Python, no system libraries: API nodes stay slim). Its
-built-in Helvetica covers Latin-1 only, so a character outside it (a tenant named in
-another script) is printed as `?` there; the HTML and JSON keep the name as it is.
+The PDF is drawn with fpdf2 (pure Python, no system libraries: API nodes stay slim) in a
+Unicode TrueType font found on the machine and embedded, so a tenant named in another
+script prints as it is; without one, in Latin-1 Helvetica, with what it cannot draw
+replaced visibly and said in a note (pdf_font.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fpdf.enums import XPos, YPos
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from hydrant.platform.invoices.pdf_font import FAMILY, PdfFont, PdfText, system_font
 from hydrant.platform.invoices.schemas import InvoiceView, LineView
 from hydrant.platform.invoices.statement import InvoiceDoc
 
@@ -67,20 +69,32 @@ def invoice_html(doc: InvoiceDoc) -> str:
     return environment().get_template("invoice.html").render(doc=doc, invoice=view)
 
 
-def _latin1(text: str) -> str:
-    return text.encode("latin-1", "replace").decode("latin-1")
-
-
 def invoice_pdf(doc: InvoiceDoc) -> bytes:
+    """The invoice as a PDF in the machine's Unicode font (Helvetica when it has none)."""
+    return draw_invoice_pdf(doc, system_font())
+
+
+def _use(pdf: FPDF, font: PdfFont | None) -> None:
+    if font is None:
+        return
+    for style, face in (("", font.regular), ("B", font.bold), ("I", font.italic)):
+        pdf.add_font(FAMILY, style, str(face))
+
+
+def draw_invoice_pdf(doc: InvoiceDoc, font: PdfFont | None) -> bytes:
+    """The invoice as a PDF in `font` (embedded), or in Helvetica when None."""
     view = InvoiceView.of(doc)
+    text = PdfText(font)
+    family = text.family
     pdf = FPDF(orientation="landscape", format="A4")
-    pdf.set_title(_latin1(doc.title))
-    pdf.set_author(_latin1(doc.issuer_name))
+    _use(pdf, font)
+    pdf.set_title(doc.title)
+    pdf.set_author(doc.issuer_name)
     pdf.set_auto_page_break(auto=True, margin=15)
     pdf.add_page()
-    pdf.set_font("Helvetica", "B", 16)
-    pdf.cell(0, 10, _latin1(doc.title), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
-    pdf.set_font("Helvetica", "", 10)
+    pdf.set_font(family, "B", 16)
+    pdf.cell(0, 10, text(doc.title), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+    pdf.set_font(family, "", 10)
     facts = [
         f"Issued by: {doc.issuer_name}",
         f"Billed to: {doc.tenant_name} ({doc.tenant_id})",
@@ -91,13 +105,13 @@ def invoice_pdf(doc: InvoiceDoc) -> bytes:
         f"Currency: {view.currency}",
     ]
     for fact in facts:
-        pdf.cell(0, 6, _latin1(fact), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+        pdf.cell(0, 6, text(fact), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
     pdf.ln(4)
-    pdf.set_font("Helvetica", "", 8)
+    pdf.set_font(family, "", 8)
     heading = ("Line", "Requests", "Input tok.", "Cached tok.", "Output tok.",
                "Price in/cached/out per 1M", "Amount", "Credits")  # fmt: skip
     with pdf.table(
-        col_widths=(90, 16, 20, 20, 20, 50, 25, 25),
+        col_widths=(84, 20, 21, 22, 22, 48, 25, 25),  # wide enough for DejaVu Sans too
         text_align=("LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "LEFT", "RIGHT", "RIGHT"),
         line_height=5,
     ) as table:
@@ -109,7 +123,7 @@ def invoice_pdf(doc: InvoiceDoc) -> bytes:
             )
             table.row(
                 (
-                    _latin1(line.description),
+                    text(line.description),
                     str(line.requests),
                     str(line.input_tokens),
                     str(line.cached_input_tokens),
@@ -120,18 +134,22 @@ def invoice_pdf(doc: InvoiceDoc) -> bytes:
                 )
             )
     pdf.ln(4)
-    pdf.set_font("Helvetica", "", 10)
+    pdf.set_font(family, "", 10)
     for label, value in (
         ("Subtotal", view.subtotal),
         ("Credits applied", view.credits_applied),
     ):
         pdf.cell(0, 6, f"{label}: {value} {view.currency}", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
-    pdf.set_font("Helvetica", "B", 12)
+    pdf.set_font(family, "B", 12)
     pdf.cell(0, 8, f"Amount due: {view.amount_due} {view.currency}",
              new_x=XPos.LMARGIN, new_y=YPos.NEXT)  # fmt: skip
+    pdf.set_font(family, "I", 9)
     if doc.status == "draft":
-        pdf.set_font("Helvetica", "I", 9)
-        pdf.cell(0, 6, "Draft: the month is open; lines change until it is finalized.")
+        pdf.cell(0, 6, "Draft: the month is open; lines change until it is finalized.",
+                 new_x=XPos.LMARGIN, new_y=YPos.NEXT)  # fmt: skip
+    note = text.note()
+    if note is not None:
+        pdf.multi_cell(0, 5, note)
     return bytes(pdf.output())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from litestar import Controller, get, post
+from litestar import Controller, get, patch, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody
 
@@ -20,6 +20,7 @@ from hydrant.platform.keys.schemas import (
     KeyCreate,
     KeyList,
     KeyRotate,
+    KeyUpdate,
     KeyView,
     RotatedKey,
 )
@@ -75,6 +76,17 @@ class KeyAdminController(Controller):
         keys: NamedDependency[KeyService],
     ) -> KeyView:
         return KeyView.of(await keys.get(principal, key_id), keys.now())
+
+    @patch("/{key_id:str}")
+    async def update_key(
+        self,
+        key_id: FromPath[str],
+        data: JSONBody[KeyUpdate],
+        principal: NamedDependency[Principal],
+        keys: NamedDependency[KeyService],
+    ) -> KeyView:
+        key = await keys.update_budgets(principal, key_id, data.budgets())
+        return KeyView.of(key, keys.now())
 
     @post("/{key_id:str}/revoke", status_code=200)
     async def revoke_key(

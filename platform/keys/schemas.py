@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from hydrant.platform.auth.repository import parse_scopes
 from hydrant.platform.db.models import ApiKey
@@ -46,6 +46,23 @@ class KeyCreate(Struct, kw_only=True, forbid_unknown_fields=True):
 
     def budgets(self) -> dict[str, int | str | None]:
         return {name: getattr(self, name) for name in KEY_BUDGETS}
+
+
+class KeyUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
+    """A key's own budgets after creation: a field left out is unchanged, `null` clears it.
+
+    Only budgets: a key's tenant, project and scopes are what it was made for (make
+    another key for another purpose), and its secret never changes (rotate it)."""
+
+    tokens_per_day: BigCount | UnsetType | None = UNSET
+    tokens_per_month: BigCount | UnsetType | None = UNSET
+    spend_per_day: DecimalText | UnsetType | None = UNSET
+    spend_per_month: DecimalText | UnsetType | None = UNSET
+
+    def budgets(self) -> dict[str, int | str | None]:
+        """The budgets the body sets (`None`: clear it), by name."""
+        given = {name: getattr(self, name) for name in KEY_BUDGETS}
+        return {name: value for name, value in given.items() if value is not UNSET}
 
 
 class KeyRotate(Struct, kw_only=True, forbid_unknown_fields=True):

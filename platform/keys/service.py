@@ -39,14 +39,25 @@ def _budget_columns(
     """A new key's budget columns: those given, else its predecessor's (rotation)."""
     if budgets is None:
         return {n: getattr(rotated_from, n) if rotated_from else None for n in KEY_BUDGETS}
-    values = {name: budgets.get(name) for name in KEY_BUDGETS}
-    for name in ("spend_per_day", "spend_per_month"):
-        value = values[name]
-        if value is not None:
-            if not isinstance(value, str | int):
+    return _parsed_budgets({name: budgets.get(name) for name in KEY_BUDGETS})
+
+
+def _parsed_budgets(values: Mapping[str, object]) -> dict[str, object]:
+    """Budget columns from given values: money parsed from decimal text (6 places, what
+    the column holds), token counts whole and not negative; a 400 naming the field."""
+    parsed = dict(values)
+    for name, value in values.items():
+        if name not in KEY_BUDGETS:
+            raise InvalidRequest(f"{name} is not a key budget", param=name)
+        if value is None:
+            continue
+        if name.startswith("spend_"):
+            if not isinstance(value, str | int) or isinstance(value, bool):
                 raise InvalidRequest(f"{name} must be a decimal string", param=name)
-            values[name] = parse_decimal(value, param=name, places=6, integer_digits=14)
-    return values
+            parsed[name] = parse_decimal(value, param=name, places=6, integer_digits=14)
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidRequest(f"{name} must be a whole number of tokens, 0 or more", param=name)
+    return parsed
 
 
 class KeyService:
@@ -156,6 +167,32 @@ class KeyService:
             await self._flush()
             log.info("api key revoked", extra={"key_id": key.id, "prefix": key.prefix})
         self._cache.invalidate(key.key_hash)
+        return key
+
+    async def update_budgets(
+        self, principal: Principal, key_id: str, budgets: Mapping[str, object]
+    ) -> ApiKey:
+        """Set or clear (None) a key's own budgets; those not given are unchanged.
+
+        The next request checks the new limits against the same period counters (a
+        budget lowered under what the key used already refuses at once; one raised
+        admits at once). The principal cached by this gateway carries the old ones, so
+        it is dropped here; other gateways drop theirs within the key cache's TTL. A key
+        that no longer authenticates (revoked, expired, rotated) is not changed: 409.
+        """
+        self._require_admin(principal)
+        values = _parsed_budgets(budgets)
+        key = await self._locked(principal, key_id)
+        if key.tenant_id is None and values:
+            raise InvalidRequest("an admin key has no budgets", param=next(iter(values)))
+        status = key_status(key, self.now())
+        if status not in ("active", "rotating"):
+            raise Conflict(f"only a key in use can change its budgets; this one is {status}")
+        for name, value in values.items():
+            setattr(key, name, value)
+        await self._flush()
+        self._cache.invalidate(key.key_hash)
+        log.info("api key budgets changed", extra={"key_id": key.id, "budgets": sorted(values)})
         return key
 
     async def rotate(

@@ -19,11 +19,12 @@ DISPLAY_PLACES = 6
 
 # A JSON string of digits with an optional fraction, or a JSON integer; a JSON float
 # fails decoding ("Expected `str | int`, got `float`"), which answers 400.
+DECIMAL_PATTERN = r"^[0-9]{1,20}(\.[0-9]{1,20})?$"
 DecimalText = (
     Annotated[
         str,
         msgspec.Meta(
-            pattern=r"^[0-9]{1,20}(\.[0-9]{1,20})?$",
+            pattern=DECIMAL_PATTERN,
             description='a non-negative decimal as a string, e.g. "0.150000"',
         ),
     ]

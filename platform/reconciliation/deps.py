@@ -18,7 +18,12 @@ from hydrant.settings import Settings
 def reconciliation_service(
     session: AsyncSession, settings: Settings, clock: Callable[[], datetime] = utcnow
 ) -> ReconciliationService:
-    return ReconciliationService(session, DevicePrice(settings.device_price_per_hour), clock)
+    return ReconciliationService(
+        session,
+        DevicePrice(settings.device_price_per_hour),
+        clock,
+        retention_days=settings.reconciliation_retention_days,
+    )
 
 
 async def provide_reconciliation_service(

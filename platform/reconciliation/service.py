@@ -38,6 +38,13 @@ def parse_day(text: str | None, now: datetime) -> date:
     return day
 
 
+def oldest_day(now: datetime, retention_days: int) -> date | None:
+    """The first UTC day the retention keeps (its rows and timeline); None: all (0 days)."""
+    if retention_days <= 0:
+        return None
+    return now.astimezone(UTC).date() - timedelta(days=retention_days)
+
+
 def day_bounds(day: date) -> tuple[datetime, datetime]:
     start = datetime.combine(day, time(), UTC)
     return start, start + timedelta(days=1)
@@ -57,10 +64,23 @@ class ReconciliationService:
         session: AsyncSession,
         price: DevicePrice,
         clock: Callable[[], datetime] = utcnow,
+        retention_days: int = 0,
     ) -> None:
         self.session = session
         self.price = price
         self.clock = clock
+        self.retention_days = retention_days
+
+    def _kept(self, day: date) -> None:
+        """A day before the retention's horizon has lost its rows and timeline (or is about
+        to): refused (400) rather than reported or stored from what is left of it."""
+        first = oldest_day(self.clock(), self.retention_days)
+        if first is not None and day < first:
+            raise InvalidRequest(
+                f"{day.isoformat()} is past the reconciliation's retention of"
+                f" {self.retention_days} days (the oldest day kept is {first.isoformat()})",
+                param="day",
+            )
 
     async def compute(self, day: date) -> DayReconciliation:
         since, until = day_bounds(day)
@@ -76,6 +96,7 @@ class ReconciliationService:
 
     async def store(self, day: date) -> DayReconciliation:
         """Compute the day and replace its stored rows (idempotent)."""
+        self._kept(day)
         result = await self.compute(day)
         rows = [_pool_row(day, pool, result.computed_at) for pool in result.pools]
         lines = [_line_row(day, pool.model, line) for pool in result.pools for line in pool.lines]
@@ -83,6 +104,7 @@ class ReconciliationService:
         return result
 
     async def report(self, day: date) -> DayReconciliation:
+        self._kept(day)
         _, until = day_bounds(day)
         pools, lines = await repository.stored_day(self.session, day)
         if pools and all(p.computed_at >= until for p in pools):

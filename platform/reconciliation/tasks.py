@@ -6,13 +6,16 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from hydrant.platform.db.purge import Progress
 from hydrant.platform.jobs.context import Job, JobContext
 from hydrant.platform.reconciliation.deps import reconciliation_service
-from hydrant.platform.reconciliation.service import parse_day
+from hydrant.platform.reconciliation.retention import purge_expired
+from hydrant.platform.reconciliation.service import oldest_day, parse_day
 
 log = logging.getLogger(__name__)
 
 RECONCILE = "hydrant.billing.reconcile"
+PURGE_RECONCILIATION = "hydrant.billing.purge_reconciliation"
 
 
 async def reconcile_days(ctx: JobContext, day: str | None = None) -> dict[str, Any]:
@@ -30,4 +33,23 @@ async def reconcile_days(ctx: JobContext, day: str | None = None) -> dict[str, A
     return stored
 
 
-TASKS = (Job(RECONCILE, reconcile_days),)
+async def purge_reconciliation(ctx: JobContext) -> dict[str, Any]:
+    """Daily rows and worker timeline older than HYDRANT_RECONCILIATION_RETENTION_DAYS:
+    deleted, a batch at a time, each batch logged with how far its table has got."""
+
+    def progress(table: str) -> Progress:
+        def told(deleted: int, total: int) -> None:
+            log.info(
+                "reconciliation purge", extra={"table": table, "deleted": deleted, "of": total}
+            )
+
+        return told
+
+    now = ctx.clock()
+    days = ctx.settings.reconciliation_retention_days
+    deleted = await purge_expired(ctx.database, now, days, progress=progress)
+    first = oldest_day(now, days)
+    return {**deleted, "oldest_day": None if first is None else first.isoformat()}
+
+
+TASKS = (Job(RECONCILE, reconcile_days), Job(PURGE_RECONCILIATION, purge_reconciliation))

@@ -12,7 +12,8 @@ receiver may have counted.
 Which hours to look at: those of the entries recorded in the last
 `usage_export_lookback_hours` (by `recorded_at`, when the entry reached the database),
 so an entry that arrives days late for an old hour is still found, as long as the job
-runs at least once within the lookback.
+runs at least once within the lookback; never an hour before the retention's horizon
+(`usage_export_retention_days`, retention.py says why): its records may be purged.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from hydrant.platform.db.session import Database
 from hydrant.platform.reports import repository as reports
 from hydrant.platform.reports.query import ReportQuery
 from hydrant.platform.reports.rollups import hour_floor
+from hydrant.platform.usage_export.retention import horizon
 
 log = logging.getLogger(__name__)
 
@@ -130,19 +132,35 @@ def _record(row: reports.AggregateRow, before: _Exported | None) -> UsageExportR
 
 
 async def write_records(
-    database: Database, now: datetime, *, settle: timedelta, lookback: timedelta
+    database: Database,
+    now: datetime,
+    *,
+    settle: timedelta,
+    lookback: timedelta,
+    retention: timedelta | None = None,
 ) -> int:
     """Add the records the closed hours are owed; returns how many were written.
 
     Two exporters running at once compute the same records; the unique (tenant, model,
     hour, sequence) lets one transaction in and rolls the other back whole (0 written).
+    Hours before the retention's horizon are left alone (None: no retention).
     """
     until = closed_until(now, settle)
+    oldest = horizon(now, retention)
     try:
         async with database.session() as session:
             since = await _first_hour(session, now - lookback, until)
             if since is None:
                 return 0
+            if oldest is not None and since < oldest:
+                log.warning(
+                    "usage export: ledger entries arrived for hours past the export's"
+                    " retention; they stay in the ledger but are not exported",
+                    extra={"earliest_hour": since, "horizon": oldest},
+                )
+                since = oldest
+                if since >= until:
+                    return 0
             rows = await reports.aggregate(
                 session, CONSOLE, ReportQuery(since=since, until=until, group_by="hour")
             )

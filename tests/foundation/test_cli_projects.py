@@ -77,3 +77,42 @@ def test_add_list_key_in_project_archive(run: Callable[..., Result]) -> None:
     assert json.loads(archived)[0]["status"] == "archived"
     refused = run("keys", "create", "--tenant", "acme", "--project", "web", ok=False)
     assert refused.exit_code != 0 and "archived" in refused.output
+
+
+def test_keys_budgets_set_clear_and_refuse(run: Callable[..., Result]) -> None:
+    run("tenants", "create", "acme")
+    made = json.loads(
+        run("keys", "create", "--tenant", "acme", "--tokens-per-month", "900", "--json").stdout
+    )["key"]
+    assert made["tokens_per_month"] == 900
+    key_id = made["id"]
+    changed = json.loads(
+        run(
+            "keys", "budgets", key_id, "--tokens-per-day", "50", "--spend-per-month", "12.5",
+            "--clear", "tokens-per-month", "--json",
+        ).stdout
+    )[0]  # fmt: skip
+    assert (changed["tokens_per_day"], changed["tokens_per_month"]) == (50, None)
+    assert changed["spend_per_month"] == "12.500000"
+    shown = run("keys", "budgets", key_id).stdout.splitlines()  # nothing named: shown
+    assert shown[0].split("\t")[3:] == [
+        "tokens_per_day",
+        "tokens_per_month",
+        "spend_per_day",
+        "spend_per_month",
+    ]
+    assert shown[1].split("\t")[3:] == ["50", "-", "-", "12.500000"]
+
+    bad_money = run("keys", "budgets", key_id, "--spend-per-day", "1.1234567", ok=False)
+    assert bad_money.exit_code != 0 and "spend_per_day" in bad_money.output
+    negative = run("keys", "budgets", key_id, "--spend-per-day", "-1", ok=False)
+    assert negative.exit_code != 0 and "spend_per_day" in negative.output
+    both = run(
+        "keys", "budgets", key_id, "--tokens-per-day", "1", "--clear", "tokens-per-day", ok=False
+    )
+    assert both.exit_code == 2 and "contradict" in both.output
+    run("keys", "revoke", key_id)
+    revoked = run("keys", "budgets", key_id, "--tokens-per-day", "1", ok=False)
+    assert revoked.exit_code != 0 and "revoked" in revoked.output
+    missing = run("keys", "budgets", "key_nope", "--tokens-per-day", "1", ok=False)
+    assert missing.exit_code != 0 and "key_nope" in missing.output

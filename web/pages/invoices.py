@@ -60,7 +60,7 @@ class InvoicePagesController(Controller):
         name, extension = split_ref(ref)
         doc = await invoice_service.get(principal, tenant.id, name)
         if extension is not None:
-            return page.respond(respond(doc, extension))
+            return page.respond(await respond(doc, extension))
         return page.render(
             "invoice.html",
             tenant=tenant,

@@ -1,4 +1,5 @@
-"""Keys: revoke, rotate, and the one showing of a new key's secret."""
+"""Keys: revoke, rotate, change a key's own budgets, and the one showing of a new key's
+secret."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from litestar.params import FromPath
 
 from hydrant.platform.errors import InvalidRequest
 from hydrant.platform.keys.controllers import provide_key_service
-from hydrant.platform.keys.schemas import DEFAULT_GRACE_S, MAX_GRACE_S
+from hydrant.platform.keys.schemas import DEFAULT_GRACE_S, KEY_BUDGETS, MAX_GRACE_S, KeyUpdate
 from hydrant.platform.keys.service import KeyService
 from hydrant.web.context import Page
-from hydrant.web.forms import read_form
+from hydrant.web.forms import convert, read_form
 from hydrant.web.reveal import Reveal
 
 
@@ -53,6 +54,22 @@ class KeyPagesController(Controller):
             )
         new, secret, _old = await keys.rotate(principal, key_id, grace=timedelta(hours=hours))
         return page.reveal_once(Reveal(secret, new.id, new.prefix, new.tenant_id, action="rotated"))
+
+    @post("/{key_id:str}/budgets")
+    async def budgets(
+        self,
+        key_id: FromPath[str],
+        request: Request[Any, Any, Any],
+        page: NamedDependency[Page],
+        keys: NamedDependency[KeyService],
+    ) -> Response[str]:
+        """All four budgets as the form shows them: a blank field clears its budget (the
+        form always posts every field, unlike the API's PATCH, where absent is unchanged)."""
+        form = await read_form(request, page)
+        principal = page.admin()
+        body = convert(KeyUpdate, {name: form.optional(name) for name in KEY_BUDGETS})
+        key = await keys.update_budgets(principal, key_id, body.budgets())
+        return page.redirect(_back_to(key.tenant_id, "budgets"))
 
     @get("/shown/{token:str}")
     async def shown(self, token: FromPath[str], page: NamedDependency[Page]) -> Response[str]:

@@ -36,6 +36,7 @@ NOTICES = {
     "activated": "Tenant activated.",
     "plan": "Plan changed.",
     "revoked": "Key revoked.",
+    "budgets": "Key budgets changed: its next request meets them.",
 }
 
 

@@ -21,6 +21,7 @@ from hydrant.platform.db.session import Database
 from hydrant.platform.digests import repository
 from hydrant.platform.inference.params import PreparedRequest
 from hydrant.platform.ledger.accounting import Outcome
+from hydrant.platform.ledger.attribution import Attribution
 from hydrant.platform.ledger.service import DatabaseLedger
 from hydrant.platform.ledger.spool import LedgerSpool
 from hydrant.platform.quotas.admission import RequestContext
@@ -108,7 +109,9 @@ async def record(
     finished_at: datetime,
     tokens: tuple[int, int, int],
     device_ns: int = 12_345_678_901,
+    project_id: str | None = None,
 ) -> None:
+    """An entry as the gateway records one: `key`'s id and, when given, its project."""
     key_id, prefix = world.keys[key]
     ctx = RequestContext(
         request_id=f"req_{secrets.token_hex(8)}",
@@ -118,6 +121,7 @@ async def record(
         model=model,
         prepared=PreparedRequest.single([1, 2, 3], Sampling(max_tokens=4)),
         started_at=finished_at - timedelta(seconds=2),
+        attribution=None if project_id is None else Attribution(project_id=project_id),
     )
     usage = RequestUsage(
         prompt_tokens=tokens[0],

@@ -73,6 +73,8 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         "hydrant.batches.sweep",
         "hydrant.billing.export_usage",
         "hydrant.billing.reconcile",
+        "hydrant.billing.purge_usage_export",
+        "hydrant.billing.purge_reconciliation",
     }  # the gateway replays its own spool; the scheduler does not
     outbox = settings.effective_outbox_dir
 

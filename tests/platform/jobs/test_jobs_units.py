@@ -90,4 +90,6 @@ def test_celery_needs_redis_and_is_built_from_settings(tmp_path) -> None:  # typ
         "hydrant.batches.sweep",
         "hydrant.billing.export_usage",
         "hydrant.billing.reconcile",
+        "hydrant.billing.purge_usage_export",
+        "hydrant.billing.purge_reconciliation",
     }

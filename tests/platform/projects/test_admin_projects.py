@@ -151,3 +151,69 @@ async def test_account_projects_three_cases(cp: ControlPlane) -> None:
     assert (
         await cp.client.post(f"/admin/tenants/{tenant['id']}/projects", json={})
     ).status_code == 401
+
+
+async def test_a_keys_budgets_are_changed_after_creation(cp: ControlPlane) -> None:
+    """`PATCH /admin/keys/{id}`: given fields change, `null` clears, the rest stay; bad
+    values are 400s naming the field; admin keys and dead keys are refused."""
+    tenant = await cp.create_tenant("acme")
+    key, _ = await cp.create_key(tenant["id"], tokens_per_day=100, spend_per_month="2.5")
+    url = f"/admin/keys/{key['id']}"
+    changed = await cp.client.patch(
+        url, json={"tokens_per_month": 5000, "spend_per_month": None}, headers=cp.admin
+    )
+    assert changed.status_code == 200, changed.text
+    body = changed.json()
+    assert (body["tokens_per_day"], body["tokens_per_month"], body["spend_per_month"]) == (
+        100,
+        5000,
+        None,
+    )
+    stored = await cp.execute(select(ApiKey.tokens_per_month).where(ApiKey.id == key["id"]))
+    assert stored == 5000
+    money = await cp.client.patch(url, json={"spend_per_day": "7.25"}, headers=cp.admin)
+    assert money.json()["spend_per_day"] == "7.250000" and money.json()["tokens_per_day"] == 100
+
+    refused: list[tuple[dict[str, object], int, str | None]] = [
+        ({"spend_per_day": "-1"}, 400, "spend_per_day"),
+        ({"spend_per_day": "0.1234567"}, 400, "spend_per_day"),
+        ({"spend_per_day": 0.5}, 400, None),  # a float: money is a string
+        ({"tokens_per_day": -1}, 400, None),
+        ({"tokens_per_day": 2**63}, 400, None),
+        ({"name": "renamed"}, 400, None),  # only budgets change here
+    ]
+    for patch_body, status, param in refused:
+        response = await cp.client.patch(url, json=patch_body, headers=cp.admin)
+        assert response.status_code == status, (patch_body, response.text)
+        error = response.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["message"], patch_body
+        if param is not None:
+            assert error["param"] == param, patch_body
+    unchanged = await cp.client.get(url, headers=cp.admin)
+    assert unchanged.json()["spend_per_day"] == "7.250000"  # nothing refused was applied
+
+    admin_key = await cp.client.post("/admin/keys", json={"tenant_id": None}, headers=cp.admin)
+    no_budgets = await cp.client.patch(
+        f"/admin/keys/{admin_key.json()['key']['id']}",
+        json={"tokens_per_day": 5},
+        headers=cp.admin,
+    )
+    assert no_budgets.status_code == 400, no_budgets.text
+    assert no_budgets.json()["error"]["param"] == "tokens_per_day"
+    missing = await cp.client.patch("/admin/keys/key_nope", json={}, headers=cp.admin)
+    assert missing.status_code == 404
+    await cp.client.post(f"{url}/revoke", headers=cp.admin)
+    revoked = await cp.client.patch(url, json={"tokens_per_day": 5}, headers=cp.admin)
+    assert revoked.status_code == 409 and "revoked" in revoked.json()["error"]["message"]
+
+
+async def test_only_admin_keys_change_key_budgets(cp: ControlPlane) -> None:
+    tenant = await cp.create_tenant("acme")
+    key, secret = await cp.create_key(tenant["id"], tokens_per_day=100)
+    url = f"/admin/keys/{key['id']}"
+    anonymous = await cp.client.patch(url, json={"tokens_per_day": 10**9})
+    assert anonymous.status_code == 401
+    own = await cp.client.patch(url, json={"tokens_per_day": 10**9}, headers=bearer(secret))
+    assert own.status_code in (401, 403), own.text  # a tenant raises no budget of its own
+    stored = await cp.execute(select(ApiKey.tokens_per_day).where(ApiKey.id == key["id"]))
+    assert stored == 100

@@ -241,3 +241,29 @@ async def test_project_and_key_budgets_stricter_than_the_tenants_refuse_first(
         model="demo", messages=MESSAGES, max_tokens=4
     )
     assert served.usage is not None and served.usage.total_tokens > 0
+
+
+async def test_a_keys_budget_changed_after_creation_applies_to_its_next_request(
+    gateway: Gateway,
+) -> None:
+    """The gateway caches the key's principal with its budgets: a change through
+    `PATCH /admin/keys/{id}` drops it, so the next request meets the new limit."""
+    made = await gateway.client.post(
+        "/admin/keys",
+        json={"tenant_id": gateway.tenant_id, "tokens_per_day": 5},
+        headers=gateway.admin,
+    )
+    key = _oai(gateway.client, made.json()["secret"])
+    with pytest.raises(openai.RateLimitError) as info:
+        await key.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=4)
+    assert info.value.code == "key_tokens_day"
+    url = f"/admin/keys/{made.json()['key']['id']}"
+    raised = await gateway.client.patch(url, json={"tokens_per_day": None}, headers=gateway.admin)
+    assert raised.status_code == 200 and raised.json()["tokens_per_day"] is None
+    served = await key.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=4)
+    assert served.usage is not None and served.usage.total_tokens > 0
+    lowered = await gateway.client.patch(url, json={"tokens_per_day": 5}, headers=gateway.admin)
+    assert lowered.status_code == 200
+    with pytest.raises(openai.RateLimitError) as info:
+        await key.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=4)
+    assert info.value.code == "key_tokens_day"

@@ -28,6 +28,9 @@ async def test_the_export_runs_on_the_embedded_scheduler(
         usage_export_format="json",
         usage_export_secret=SECRET,
         usage_export_batch_size=2,
+        # The scheduler runs on the real clock and the ledger is at BASE (March 2026): no
+        # retention, or its hours could be past the horizon on the day the test runs.
+        usage_export_retention_days=0,
     )
     export = tuple(replace(p, every_s=0.05) for p in PERIODIC if p.name == "usage-export")
     jobs = EmbeddedScheduler(
