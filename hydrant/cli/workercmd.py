@@ -98,6 +98,7 @@ def worker(
         advertise_port=settings.worker_advertise_port,
         drain_timeout_s=settings.worker_drain_timeout_s,
         keepalive_s=settings.worker_keepalive_s,
+        freeze_heap=True,  # this process serves until it exits: its startup heap is static
     )
     registry = RegistryTarget(
         redis_url=settings.redis_url,
