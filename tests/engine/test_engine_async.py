@@ -68,7 +68,9 @@ async def test_concurrent_generations_stream_and_finish(
         )
         tick_task.cancel()
         for i, stream in enumerate(streams):
-            assert len(stream) == 20  # one output per generated token: really streamed
+            # Really streamed: outputs arrive while it runs. The step thread does not wait for
+            # the loop (busy here with the ticker), so steps it has not read yet come merged.
+            assert 1 < len(stream) <= 20
             assert stream[-1].finished and not any(o.finished for o in stream[:-1])
             assert [t for o in stream for t in o.outputs[0].new_token_ids] == expected[str(i)]
         assert ticks > 20  # the event loop kept running while steps ran in their thread
