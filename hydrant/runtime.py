@@ -32,7 +32,11 @@ class EmbeddedEngines:
 def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
     """Load every served model onto `settings.device` (blocking: call before serving)."""
     from hydrant.engine.async_engine import AsyncLLMEngine
-    from hydrant.engine.engine_config import EngineConfig, parse_num_threads
+    from hydrant.engine.engine_config import (
+        EngineConfig,
+        default_max_num_seqs,
+        parse_num_threads,
+    )
     from hydrant.engine.inprocess import InProcessEngineClient
     from hydrant.engine.llm_engine import LLMEngine
     from hydrant.engine.metrics import EngineMetrics
@@ -46,7 +50,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             device=settings.device,
             dtype=settings.dtype,
             kv_cache_bytes=settings.kv_cache_bytes,
-            max_num_seqs=settings.max_num_seqs,
+            max_num_seqs=settings.max_num_seqs or default_max_num_seqs(settings.device),
             long_lane_tokens=settings.long_lane_tokens,
             quantization=settings.quantization,  # type: ignore[arg-type]  # validated there
             kv_cache_dtype=settings.kv_cache_dtype,

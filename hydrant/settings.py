@@ -114,7 +114,7 @@ class Settings:
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     kv_cache_bytes: int = 256 * 1024 * 1024
-    max_num_seqs: int = 256
+    max_num_seqs: int = 0  # 0: by device, 128 on CPU, 256 on GPU (default_max_num_seqs)
     long_lane_tokens: int = 2048  # per engine step, for prompts of 512+ tokens
     quantization: str | None = None
     kv_cache_dtype: Literal["auto", "int8"] = "auto"

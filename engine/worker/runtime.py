@@ -25,6 +25,7 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.metrics import EngineMetrics
 from hydrant.engine.protocol import EngineStats, GenerateRequest
 from hydrant.engine.worker.wire import WorkerRecord, WorkerState
+from hydrant.heap import freeze_heap, thaw_heap
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,9 @@ class WorkerOptions:
     advertise_port: int = 0  # 0: the bound port; else the port a proxy or NAT forwards
     drain_timeout_s: float = 30.0
     keepalive_s: float = 2.0  # a silent step stream (link) sends an empty frame this often
+    # Exempt the heap from GC scans once a model is loaded (hydrant/heap.py): the worker
+    # process sets it; tests that run a runtime in their own process leave it off.
+    freeze_heap: bool = False
 
 
 class WorkerUnavailableError(Exception):
@@ -164,11 +168,13 @@ class WorkerRuntime:
             self.engine = AsyncLLMEngine(engine)
             self.engine.start()
             self._client = InProcessEngineClient(self.engine)
+            frozen = freeze_heap() if self.options.freeze_heap else 0
             log.info(
                 "model loaded",
                 extra={
                     "model": self.options.model,
                     "seconds": round(time.perf_counter() - started, 3),
+                    "frozen_objects": frozen,
                 },
             )
             self._set_state("ready")
@@ -182,6 +188,8 @@ class WorkerRuntime:
             await self._wait_idle(self.options.drain_timeout_s)
             engine, self.engine, self._client = self.engine, None, None
             await engine.shutdown()
+            if self.options.freeze_heap:
+                thaw_heap()  # the model's cycles may be collected again once unreferenced
 
     # ---- sleep / wake -------------------------------------------------------------------------
 
@@ -261,6 +269,8 @@ class WorkerRuntime:
         if self.engine is not None:
             engine, self.engine, self._client = self.engine, None, None
             await engine.shutdown()
+            if self.options.freeze_heap:
+                thaw_heap()  # the model's cycles may be collected again once unreferenced
             await self._wait_idle(5.0)
         self.drained.set()
 

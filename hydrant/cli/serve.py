@@ -72,6 +72,7 @@ def serve(
     """Run the API gateway: /v1 (OpenAI-compatible), /admin, /ui, /metrics, /healthz, /readyz."""
     import uvicorn
 
+    from hydrant.heap import freeze_heap
     from hydrant.platform.app import create_app
     from hydrant.platform.auth.from_settings import check_auth_settings
     from hydrant.platform.db import migrate
@@ -127,5 +128,9 @@ def serve(
     if engines is not None:
         services.on_stop.append(engines.shutdown)
     app = create_app(settings, services)
-    log.info("listening", extra={"host": settings.host, "port": settings.port})
+    # The imports, the app and any in-process engine live until exit: out of GC scans.
+    frozen = freeze_heap()
+    log.info(
+        "listening", extra={"host": settings.host, "port": settings.port, "frozen_objects": frozen}
+    )
     uvicorn.run(app, host=settings.host, port=settings.port, **server_options(settings))

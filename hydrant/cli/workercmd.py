@@ -70,6 +70,7 @@ def worker(
     if not (model_path / "config.json").is_file():
         raise click.UsageError(f"{model_path} is not a checkpoint directory (no config.json)")
 
+    from hydrant.engine.engine_config import default_max_num_seqs
     from hydrant.engine.worker.process import run_worker
     from hydrant.engine.worker.registration import RegistryTarget
     from hydrant.engine.worker.runtime import WorkerOptions
@@ -81,7 +82,7 @@ def worker(
         device=device,
         dtype=settings.dtype,
         kv_cache_bytes=settings.kv_cache_bytes,
-        max_num_seqs=settings.max_num_seqs,
+        max_num_seqs=settings.max_num_seqs or default_max_num_seqs(device),
         long_lane_tokens=settings.long_lane_tokens,
         quantization=quantization or settings.quantization,
         kv_cache_dtype=kv_cache_dtype or settings.kv_cache_dtype,
@@ -99,6 +100,7 @@ def worker(
         advertise_port=settings.worker_advertise_port,
         drain_timeout_s=settings.worker_drain_timeout_s,
         keepalive_s=settings.worker_keepalive_s,
+        freeze_heap=True,  # this process serves until it exits: its startup heap is static
     )
     registry = RegistryTarget(
         redis_url=settings.redis_url,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,35 @@ async def test_concurrent_generations_stream_and_finish(
         )
         tick_task.cancel()
         for i, stream in enumerate(streams):
-            assert len(stream) == 20  # one output per generated token: really streamed
+            # Really streamed: outputs arrive while it runs. The step thread does not wait for
+            # the loop (busy here with the ticker), so steps it has not read yet come merged.
+            assert 1 < len(stream) <= 20
             assert stream[-1].finished and not any(o.finished for o in stream[:-1])
             assert [t for o in stream for t in o.outputs[0].new_token_ids] == expected[str(i)]
         assert ticks > 20  # the event loop kept running while steps ran in their thread
         assert front.stats().num_running == 0
     assert_no_kv_leak(engine)
+
+
+async def test_the_engine_steps_on_while_the_event_loop_is_busy(
+    model_dir: Path, engines: EngineTracker
+) -> None:
+    """The step thread does not wait for the loop between steps: while the loop is blocked
+    (here 0.5 s, far longer than a step of this model), the request keeps generating,
+    and the reader's next output carries every token made meanwhile, once and in order."""
+    prompt = random_prompts(1, 8, 9, seed=43)[0]
+    reference = engines.make(model_dir)
+    reference.add_request(Request("r", prompt, LONG))
+    expected = run_to_completion(reference)["r"].outputs[0].token_ids
+
+    async with running(engines.make(model_dir)) as front:
+        stream = front.generate(Request("r", prompt, LONG))
+        outputs = [await anext(stream)]
+        time.sleep(0.5)  # the point: the loop is blocked, not yielding
+        outputs += [output async for output in stream]
+    assert len(outputs[1].outputs[0].new_token_ids) > 1  # stepped while the loop was blocked
+    assert [t for o in outputs for t in o.outputs[0].new_token_ids] == expected
+    assert outputs[-1].finished
 
 
 async def test_abort_mid_stream_frees_blocks(model_dir: Path, engines: EngineTracker) -> None:

@@ -34,3 +34,24 @@ def test_long_lane_budget_and_max_num_seqs_reach_the_embedded_engine(
         assert loaded.registry.get("demo").tool_call_parser == "hermes"
     finally:
         asyncio.run(loaded.shutdown())
+
+
+def test_max_num_seqs_unset_is_chosen_by_device(demo_model_dir: Path, tmp_path: Path) -> None:
+    """0 (the default) means by device: 128 on a CPU, where each running sequence slows
+    every decode step, 256 on a GPU; an explicit number is taken as it is (above)."""
+    from hydrant.engine.engine_config import default_max_num_seqs
+
+    assert load_settings({}).max_num_seqs == 0
+    assert [default_max_num_seqs(d) for d in ("cpu", "cuda", "cuda:1")] == [128, 256, 256]
+    settings = load_settings(
+        {},
+        data_dir=tmp_path,
+        models=(ModelSpec(name="demo", path=demo_model_dir),),
+        kv_cache_bytes=8 * 1024 * 1024,
+    )
+    loaded = load_embedded_engines(settings)
+    try:
+        assert loaded.engines[0].engine.config.max_num_seqs == 128  # type: ignore[attr-defined]
+        assert loaded.registry.get("demo").max_num_seqs == 128
+    finally:
+        asyncio.run(loaded.shutdown())
