@@ -34,6 +34,7 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
     from hydrant.engine.async_engine import AsyncLLMEngine
     from hydrant.engine.engine_config import (
         EngineConfig,
+        default_background_step_tokens,
         default_max_num_seqs,
         parse_num_threads,
     )
@@ -58,7 +59,9 @@ def load_embedded_engines(settings: Settings) -> EmbeddedEngines:
             enable_prefix_caching=settings.enable_prefix_caching,
             num_threads=parse_num_threads(settings.engine_threads),
             max_prefill_tokens_while_decoding=settings.max_prefill_tokens_while_decoding or None,
-            max_background_step_tokens=settings.max_background_step_tokens or None,
+            max_background_step_tokens=default_background_step_tokens(
+                settings.max_background_step_tokens, settings.device
+            ),
             max_loras=settings.max_loras,
             max_cpu_loras=settings.max_cpu_loras,
             max_lora_rank=settings.max_lora_rank,

@@ -121,7 +121,8 @@ class Settings:
     enforce_eager: bool = False  # no CUDA graphs for decode steps
     enable_prefix_caching: bool = True  # reuse cached KV blocks of shared prompt prefixes
     max_prefill_tokens_while_decoding: int = 512  # prompt tokens of a step with decodes; 0: off
-    max_background_step_tokens: int = 64  # batch lines' tokens in a step (GPU: 512); 0: off
+    # batch lines' tokens in a step; unset: by device, 64 on CPU, 512 on GPU; 0: off
+    max_background_step_tokens: int | None = None
     max_loras: int = 8  # LoRA adapters in device memory at once (slots, LRU); 0: none
     max_cpu_loras: int = 32  # more adapters kept loaded in host memory (LRU)
     max_lora_rank: int = 16  # largest adapter rank served; every slot is padded to it
@@ -331,6 +332,8 @@ def _coerce(name: str, raw: Any) -> Any:
             raise ValueError("expected true or false")
         if kind is int:
             return int(raw)
+        if kind == int | None:
+            return None if str(raw).strip() == "" else int(raw)
         if kind is float:
             return float(raw)
         if kind is Decimal:

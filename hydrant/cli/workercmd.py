@@ -70,7 +70,7 @@ def worker(
     if not (model_path / "config.json").is_file():
         raise click.UsageError(f"{model_path} is not a checkpoint directory (no config.json)")
 
-    from hydrant.engine.engine_config import default_max_num_seqs
+    from hydrant.engine.engine_config import default_background_step_tokens, default_max_num_seqs
     from hydrant.engine.worker.process import run_worker
     from hydrant.engine.worker.registration import RegistryTarget
     from hydrant.engine.worker.runtime import WorkerOptions
@@ -90,7 +90,10 @@ def worker(
         enable_prefix_caching=settings.enable_prefix_caching,
         num_threads=settings.engine_threads,
         max_prefill_tokens_while_decoding=settings.max_prefill_tokens_while_decoding,
-        max_background_step_tokens=settings.max_background_step_tokens,
+        max_background_step_tokens=default_background_step_tokens(
+            settings.max_background_step_tokens, device
+        )
+        or 0,
         max_loras=settings.max_loras,
         max_cpu_loras=settings.max_cpu_loras,
         max_lora_rank=settings.max_lora_rank,

@@ -94,7 +94,12 @@ def child_env(settings: Settings, secret: str, directory: Path) -> dict[str, str
             "HYDRANT_KV_CACHE_BYTES": str(settings.kv_cache_bytes),
             "HYDRANT_MAX_NUM_SEQS": str(settings.max_num_seqs),
             "HYDRANT_LONG_LANE_TOKENS": str(settings.long_lane_tokens),
-            "HYDRANT_MAX_BACKGROUND_STEP_TOKENS": str(settings.max_background_step_tokens),
+            # unset stays unset: the child resolves it by its own device
+            "HYDRANT_MAX_BACKGROUND_STEP_TOKENS": str(
+                ""
+                if settings.max_background_step_tokens is None
+                else settings.max_background_step_tokens
+            ),
             "HYDRANT_DTYPE": settings.dtype,
             "HYDRANT_KV_CACHE_DTYPE": settings.kv_cache_dtype,
             "HYDRANT_ENFORCE_EAGER": str(settings.enforce_eager).lower(),

@@ -132,6 +132,6 @@ def test_the_background_cap_must_be_positive_and_its_setting_has_zero_as_off() -
 
     with pytest.raises(EngineConfigError):
         EngineConfig(max_background_step_tokens=0)
-    assert load_settings({}).max_background_step_tokens == 64
+    assert load_settings({}).max_background_step_tokens is None  # by device
     env = {"HYDRANT_MAX_BACKGROUND_STEP_TOKENS": "0"}
     assert load_settings(env).max_background_step_tokens == 0

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+from hydrant.errors import ConfigurationError
 from hydrant.runtime import load_embedded_engines
 from hydrant.settings import ModelSpec, load_settings
 
@@ -53,5 +56,37 @@ def test_max_num_seqs_unset_is_chosen_by_device(demo_model_dir: Path, tmp_path: 
     try:
         assert loaded.engines[0].engine.config.max_num_seqs == 128  # type: ignore[attr-defined]
         assert loaded.registry.get("demo").max_num_seqs == 128
+    finally:
+        asyncio.run(loaded.shutdown())
+
+
+def test_background_step_tokens_unset_are_chosen_by_device(
+    demo_model_dir: Path, tmp_path: Path
+) -> None:
+    """Unset means by device: 64 on a CPU, where a step of a few hundred tokens is several
+    decode steps long, 512 on a GPU, where 64 would starve a batch's prefill; 0 is no cap;
+    an empty variable is unset, and a word is a clear error."""
+    from hydrant.engine.engine_config import default_background_step_tokens
+
+    assert load_settings({}).max_background_step_tokens is None
+    variable = "HYDRANT_MAX_BACKGROUND_STEP_TOKENS"
+    assert load_settings({variable: ""}).max_background_step_tokens is None
+    assert load_settings({variable: "0"}).max_background_step_tokens == 0
+    with pytest.raises(ConfigurationError, match="MAX_BACKGROUND_STEP_TOKENS"):
+        load_settings({"HYDRANT_MAX_BACKGROUND_STEP_TOKENS": "lots"})
+    by_device = [default_background_step_tokens(None, d) for d in ("cpu", "cuda", "cuda:1")]
+    assert by_device == [64, 512, 512]
+    assert default_background_step_tokens(0, "cuda") is None
+    assert default_background_step_tokens(24, "cuda") == 24
+    settings = load_settings(
+        {},
+        data_dir=tmp_path,
+        models=(ModelSpec(name="demo", path=demo_model_dir),),
+        kv_cache_bytes=8 * 1024 * 1024,
+    )
+    loaded = load_embedded_engines(settings)
+    try:
+        config = loaded.engines[0].engine.config  # type: ignore[attr-defined]
+        assert config.max_background_step_tokens == 64
     finally:
         asyncio.run(loaded.shutdown())
