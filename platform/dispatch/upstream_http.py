@@ -33,7 +33,7 @@ from hydrant.platform.dispatch.upstream_cost import MemberCost
 from hydrant.platform.dispatch.upstream_wire import (
     SseLines,
     UpstreamUsage,
-    chunk_of,
+    chunk_of_events,
     completion_body,
     error_message,
     event_decoder,
@@ -108,25 +108,32 @@ class UpstreamHttp:
             usage: UpstreamUsage | None = None
             lines = SseLines()
             request_id = request.request_id
+            failure: str | None = None  # an error event's message
             while not done and (data := await response.read()):
+                events = []
                 for payload in lines.feed(data):
                     if payload is None:
                         done = True
                         break
                     event = event_decoder.decode(payload)
                     if event.error is not None:
-                        raise WorkerUnavailable("failed", event.error.message)
+                        failure = event.error.message
+                        break
                     if event.usage is not None:
                         usage = event.usage
-                    chunk = chunk_of(request_id, event)
-                    if chunk is not None:
-                        got = 0
-                        for delta in chunk.choices:
-                            n = len(delta.token_ids)
-                            counted[delta.index] = counted.get(delta.index, 0) + n
-                            got += n
-                        cost.grow(request_id, got)
-                        yield chunk
+                    events.append(event)
+                # The events of one read, as one chunk (see `chunk_of_events`).
+                chunk = chunk_of_events(request_id, events) if events else None
+                if chunk is not None:
+                    got = 0
+                    for delta in chunk.choices:
+                        n = len(delta.token_ids)
+                        counted[delta.index] = counted.get(delta.index, 0) + n
+                        got += n
+                    cost.grow(request_id, got)
+                    yield chunk
+                if failure is not None:  # after what came before it: those tokens were made
+                    raise WorkerUnavailable("failed", failure)
             if usage is None:
                 raise WorkerUnavailable("lost", "the upstream's stream ended without its usage")
             seconds = cost.finish(request_id)
