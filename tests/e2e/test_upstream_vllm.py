@@ -279,9 +279,10 @@ def test_a_client_disconnect_aborts_a_non_streamed_request_upstream(
     ).encode()
     with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
         sock.sendall(head + payload)
-        assert wait_for(  # running upstream, some tokens made: now leave
-            lambda: vllm.metric("vllm:generation_tokens_total") >= generated_before + 8
-        )
+        # Leave once it generates upstream. Timed, not read from vLLM's /metrics: under load
+        # vLLM answered those reads only after it had run the whole request. That it ran
+        # (and is billed) is checked after: a ledger row exists only past the first token.
+        time.sleep(3.0)
     assert_aborted_upstream(gateway, vllm, tenant_id, finished_before, generated_before)
 
 
