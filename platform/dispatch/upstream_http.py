@@ -8,8 +8,6 @@ nothing reached the client yet), a request the member rejects as bad is
 `InvalidRequestError` (a 400 no other member would accept either).
 
 Abort is closing the stream: vLLM aborts a request whose client disconnects.
-Completions go through the lean `StreamClient` (worker links use it too); httpx
-serves only the health probes.
 Billing uses the gateway's own counts (the prompt it sent, the token ids it
 received); the upstream's `usage` is checked against them, and a mismatch is
 logged (ids and counts, never text) and counted in a metric.
@@ -28,20 +26,18 @@ import msgspec
 from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.protocol import GenerateChunk, GenerateRequest, RequestUsage
 from hydrant.platform.dispatch.metrics import PoolMetrics
-from hydrant.platform.dispatch.stream_client import StreamClient, StreamClientError
 from hydrant.platform.dispatch.upstream_cost import MemberCost
 from hydrant.platform.dispatch.upstream_wire import (
     SseLines,
     UpstreamUsage,
-    chunk_of_events,
+    chunk_of,
     completion_body,
     error_message,
     event_decoder,
 )
-from hydrant.platform.dispatch.worker_http import WorkerUnavailable, stream_failure
+from hydrant.platform.dispatch.worker_http import WorkerUnavailable
 
 log = logging.getLogger(__name__)
-_encoder = msgspec.json.Encoder()
 
 
 class UpstreamHttp:
@@ -57,26 +53,13 @@ class UpstreamHttp:
         api_key: str | None,
         metrics: PoolMetrics,
         read_timeout_s: float = 600.0,
-        max_streams_per_member: int = 4096,
-        pool_timeout_s: float = 30.0,
     ) -> None:
         self.model = model
         self.metrics = metrics
         self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        # Health probes (`get`): rare, any path; httpx is fine there.
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=3.0, read=read_timeout_s, write=30.0, pool=30.0),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-        )
-        # Completions, the hot path: the lean client the worker links use (one write per
-        # request, the body parsed in C, no per-read generator layers), keep-alive pooled.
-        self._streams = StreamClient(
-            "/v1/completions",
-            {**self.headers, "content-type": "application/json", "accept": "text/event-stream"},
-            idle_timeout_s=read_timeout_s,
-            max_idle_per_address=256,
-            max_connections_per_address=max_streams_per_member,
-            pool_timeout_s=pool_timeout_s,
+            limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256),
         )
         self._costs: dict[str, MemberCost] = {}
         self.metrics.usage_mismatches.labels(model, "prompt_tokens")  # exported as 0
@@ -85,73 +68,68 @@ class UpstreamHttp:
     async def generate(
         self, address: str, request: GenerateRequest
     ) -> AsyncGenerator[GenerateChunk, None]:
-        """The request's chunks; the last one is `finished` with the usage billed.
-
-        However it ends short of vLLM's `[DONE]` (the client left and this generator is
-        closed or cancelled, a failure), the connection is closed, not pooled: vLLM
-        aborts the request of a connection that closes.
-        """
-        body = _encoder.encode(completion_body(request, self.model))
+        """The request's chunks; the last one is `finished` with the usage billed."""
+        body = completion_body(request, self.model)
         cost = self._costs.setdefault(address, MemberCost())
         started = time.monotonic()
         try:
-            response = await self._streams.post(address, body)
-        except StreamClientError as exc:
-            raise stream_failure(exc) from exc
+            response = await self._client.send(
+                self._client.build_request(
+                    "POST", f"{address}/v1/completions", json=body, headers=self.headers
+                ),
+                stream=True,
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            message = f"cannot reach the upstream: {type(exc).__name__}"
+            raise WorkerUnavailable("connect", message) from exc
+        except httpx.TransportError as exc:
+            message = f"upstream request failed: {type(exc).__name__}"
+            raise WorkerUnavailable("lost", message) from exc
         prompt_tokens = len(request.prompt_token_ids)
         cost.start(request.request_id, prompt_tokens)
-        done = False
         try:
-            if response.status != 200:
-                _raise_refusal(response.status, await response.read_all())
+            if response.status_code != 200:
+                _raise_refusal(response.status_code, await response.aread())
             counted: dict[int, int] = {}  # completion token ids received, per choice
             usage: UpstreamUsage | None = None
             lines = SseLines()
-            request_id = request.request_id
-            failure: str | None = None  # an error event's message
-            while not done and (data := await response.read()):
-                events = []
+            done = False
+            async for data in response.aiter_raw():
                 for payload in lines.feed(data):
                     if payload is None:
                         done = True
                         break
                     event = event_decoder.decode(payload)
                     if event.error is not None:
-                        failure = event.error.message
-                        break
+                        raise WorkerUnavailable("failed", event.error.message)
                     if event.usage is not None:
                         usage = event.usage
-                    events.append(event)
-                # The events of one read, as one chunk (see `chunk_of_events`).
-                chunk = chunk_of_events(request_id, events) if events else None
-                if chunk is not None:
-                    got = 0
-                    for delta in chunk.choices:
-                        n = len(delta.token_ids)
-                        counted[delta.index] = counted.get(delta.index, 0) + n
-                        got += n
-                    cost.grow(request_id, got)
-                    yield chunk
-                if failure is not None:  # after what came before it: those tokens were made
-                    raise WorkerUnavailable("failed", failure)
+                    chunk = chunk_of(request.request_id, event)
+                    if chunk is not None:
+                        for delta in chunk.choices:
+                            got = len(delta.token_ids)
+                            counted[delta.index] = counted.get(delta.index, 0) + got
+                            cost.grow(request.request_id, got)
+                        yield chunk
+                if done:
+                    break
             if usage is None:
                 raise WorkerUnavailable("lost", "the upstream's stream ended without its usage")
-            seconds = cost.finish(request_id)
+            seconds = cost.finish(request.request_id)
             yield GenerateChunk(
-                request_id=request_id,
+                request_id=request.request_id,
                 choices=[],
                 finished=True,
                 usage=self._billed(request, usage, counted, seconds, time.monotonic() - started),
             )
         except msgspec.DecodeError as exc:
             raise WorkerUnavailable("lost", f"garbled stream from the upstream: {exc}") from exc
-        except StreamClientError as exc:
-            raise stream_failure(exc) from exc
+        except httpx.TransportError as exc:
+            message = f"upstream stream failed: {type(exc).__name__}"
+            raise WorkerUnavailable("lost", message) from exc
         finally:
             cost.finish(request.request_id)
-            # After `[DONE]` the connection is pooled once its last chunk is in; short of it
-            # (cancelled, closed, failed) it closes at once, which aborts the request upstream.
-            response.release(done)
+            await response.aclose()  # mid-stream: the connection closes, vLLM aborts
 
     def _billed(
         self,
@@ -209,7 +187,6 @@ class UpstreamHttp:
         return await self._client.get(url, headers=self.headers, timeout=timeout_s)
 
     async def aclose(self) -> None:
-        await self._streams.aclose()
         await self._client.aclose()
 
 

@@ -175,44 +175,6 @@ def chunk_of(request_id: str, event: UpstreamEvent) -> GenerateChunk | None:
     return GenerateChunk(request_id=request_id, choices=deltas) if deltas else None
 
 
-def chunk_of_events(request_id: str, events: list[UpstreamEvent]) -> GenerateChunk | None:
-    """The events of one read as one chunk: per choice, their text and token ids joined,
-    the last finish reason. Why: a read holds several events when the gateway falls behind
-    (many streams, a busy loop); one chunk then costs one pass down the stream and one
-    write to the client instead of one per token, so the gateway catches up (the worker
-    links merge the same way)."""
-    if len(events) == 1:
-        return chunk_of(request_id, events[0])
-    texts: dict[int, list[str]] = {}
-    ids: dict[int, list[int]] = {}
-    reasons: dict[int, FinishReason | None] = {}
-    logprobs: dict[int, list[TokenLogprob]] = {}
-    for event in events:
-        for choice in event.choices:
-            index = choice.index
-            got = choice.token_ids or []
-            if index not in texts:
-                texts[index], ids[index], reasons[index] = [], [], None
-            texts[index].append(choice.text)
-            ids[index].extend(got)
-            if choice.finish_reason:
-                reasons[index] = _FINISH.get(choice.finish_reason, "stop")
-            if choice.logprobs:
-                logprobs.setdefault(index, []).extend(logprobs_of(choice.logprobs, got))
-    deltas = [
-        ChoiceDelta(
-            index=index,
-            token_ids=ids[index],
-            text="".join(parts),
-            finish_reason=reasons[index],
-            logprobs=logprobs.get(index),
-        )
-        for index, parts in texts.items()
-        if ids[index] or reasons[index] is not None or any(parts)
-    ]
-    return GenerateChunk(request_id=request_id, choices=deltas) if deltas else None
-
-
 def usage_of(usage: UpstreamUsage, device_ns: int, e2e_seconds: float) -> RequestUsage:
     details = usage.prompt_tokens_details
     return RequestUsage(
@@ -236,22 +198,20 @@ def error_message(body: bytes) -> tuple[str, str | None]:
 
 
 class SseLines:
-    """Splits a byte stream into SSE `data:` payloads (`None` for `[DONE]`).
-
-    One `split` per read, not a search and a copy of the buffer per line: a read
-    usually holds whole events, one or a few."""
+    """Splits a byte stream into SSE `data:` payloads (`None` for `[DONE]`)."""
 
     def __init__(self) -> None:
         self._buffer = b""
 
     def feed(self, data: bytes) -> list[bytes | None]:
-        if self._buffer:
-            data = self._buffer + data
-        lines = data.split(b"\n")
-        self._buffer = lines.pop()  # what follows the last line end: an unfinished line
+        self._buffer += data
         payloads: list[bytes | None] = []
-        for line in lines:
-            if line.startswith(b"data:"):  # not blank separators, comments, `event:` lines
-                payload = line[5:].strip()  # the optional space, and a CR of a CRLF
-                payloads.append(None if payload == b"[DONE]" else payload)
-        return payloads
+        while True:
+            end = self._buffer.find(b"\n")
+            if end < 0:
+                return payloads
+            line, self._buffer = self._buffer[:end].rstrip(b"\r"), self._buffer[end + 1 :]
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, `event:` lines
+            payload = line[5:].strip()
+            payloads.append(None if payload == b"[DONE]" else payload)

@@ -180,16 +180,16 @@ class WorkerHttp:
         try:
             response = await self._steps.post(address, _encoder.encode(LinkOpening(link_id)))
         except StreamClientError as exc:
-            raise stream_failure(exc) from exc
+            raise _stream_failure(exc) from exc
         if response.status != 200:
             try:
                 body = await response.read_all()
             except StreamClientError as exc:
-                raise stream_failure(exc) from exc
+                raise _stream_failure(exc) from exc
             finally:
                 response.release(False)
             _raise_refusal(response.status, body)
-        link = WorkerLink(address, link_id, response, stream_failure, self._forget)
+        link = WorkerLink(address, link_id, response, _stream_failure, self._forget)
         self._links[address] = link
         return link
 
@@ -206,14 +206,14 @@ class WorkerHttp:
         try:
             response = await client.post(address, _encoder.encode(body))
         except StreamClientError as exc:
-            raise stream_failure(exc) from exc
+            raise _stream_failure(exc) from exc
         released = False
         try:
             data = await response.read_all()
             response.release(True)
             released = True
         except StreamClientError as exc:
-            raise stream_failure(exc) from exc
+            raise _stream_failure(exc) from exc
         finally:
             if not released:
                 response.release(False)
@@ -251,7 +251,7 @@ class WorkerHttp:
         await self._client.aclose()
 
 
-def stream_failure(exc: StreamClientError) -> WorkerUnavailable:
+def _stream_failure(exc: StreamClientError) -> WorkerUnavailable:
     """The stream client's failure in dispatch's terms (the reason labels the retry metric)."""
     if isinstance(exc, StreamConnectError):
         return WorkerUnavailable("connect", str(exc))

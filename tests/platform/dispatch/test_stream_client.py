@@ -53,7 +53,7 @@ from hydrant.platform.dispatch.worker_http import (
     WorkerHttp,
     WorkerUnavailable,
     _raise_refusal,
-    stream_failure,
+    _stream_failure,
 )
 
 SECRET = "s3cret"
@@ -194,7 +194,7 @@ class FrameStream:
         try:
             response = await self.client.post(address, msgspec.msgpack.encode(body))
         except StreamClientError as exc:
-            raise stream_failure(exc) from exc
+            raise _stream_failure(exc) from exc
         try:
             if response.status != 200:
                 _raise_refusal(response.status, await response.read_all())
@@ -215,7 +215,7 @@ class FrameStream:
         except FrameError as exc:
             raise WorkerUnavailable("lost", f"garbled stream from the worker: {exc}") from exc
         except StreamClientError as exc:
-            raise stream_failure(exc) from exc
+            raise _stream_failure(exc) from exc
         finally:
             response.release(finished)
 

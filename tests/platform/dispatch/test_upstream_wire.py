@@ -13,7 +13,6 @@ from hydrant.platform.dispatch.upstream_health import member_id, served_entry, s
 from hydrant.platform.dispatch.upstream_wire import (
     SseLines,
     chunk_of,
-    chunk_of_events,
     completion_body,
     error_message,
     event_decoder,
@@ -124,39 +123,6 @@ def test_events_read_back_as_chunks_with_ids_logprobs_and_finish() -> None:
     assert chunk_of("r1", usage) is None
     assert usage.usage is not None and usage.usage.prompt_tokens_details is not None
     assert usage.usage.prompt_tokens_details.cached_tokens == 3
-
-
-def test_the_events_of_one_read_are_one_chunk_per_choice_in_order() -> None:
-    events = [
-        event_decoder.decode(payload)
-        for payload in (
-            b'{"choices":[{"index":0,"text":"","prompt_token_ids":[1]}]}',
-            b'{"choices":[{"index":0,"text":"Hel","token_ids":[10],'
-            b'"logprobs":{"tokens":["token_id:10"],"token_logprobs":[-1.0],"top_logprobs":[{}]}}]}',
-            b'{"choices":[{"index":1,"text":"","token_ids":[2045]}]}',
-            b'{"choices":[{"index":0,"text":"lo","token_ids":[11,12],'
-            b'"logprobs":{"tokens":["token_id:11","token_id:12"],"token_logprobs":[-2.0,-3.0],'
-            b'"top_logprobs":[{},{}]}}]}',
-            b'{"choices":[{"index":0,"text":"","token_ids":[],"finish_reason":"length"}]}',
-            b'{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":4}}',
-        )
-    ]
-    chunk = chunk_of_events("r1", events)
-    assert chunk is not None and chunk.request_id == "r1"
-    first, second = chunk.choices
-    assert (first.index, first.text, first.token_ids, first.finish_reason) == (
-        0,
-        "Hello",
-        [10, 11, 12],
-        "length",
-    )
-    assert first.logprobs is not None
-    assert [(e.token_id, e.logprob) for e in first.logprobs] == [(10, -1.0), (11, -2.0), (12, -3.0)]
-    assert (second.index, second.text, second.token_ids, second.logprobs) == (1, "", [2045], None)
-    assert chunk_of_events("r1", events[:1]) is None  # the prompt's ids only: nothing to send
-    assert chunk_of_events("r1", [events[0], events[-1]]) is None
-    # one event: the same chunk as `chunk_of`
-    assert chunk_of_events("r1", events[1:2]) == chunk_of("r1", events[1])
 
 
 def test_sse_payloads_are_split_whatever_the_pieces() -> None:
