@@ -189,7 +189,11 @@ async def events(
             for delta in chunk.choices:
                 if outputs is not None:
                     outputs.setdefault(prompt * n + delta.index, []).extend(delta.token_ids)
-                if delta.text or delta.finish_reason or delta.logprobs:
+                # A token whose text is empty (a special token, a byte of a character still
+                # incomplete) is an event too, as vLLM streams it: the client sees each token
+                # when it is made, so its first-token time and its read timeouts count tokens,
+                # not text; a run of such tokens could otherwise leave a stream silent to its end.
+                if delta.token_ids or delta.text or delta.finish_reason or delta.logprobs:
                     event = delta_event(prompt * n + delta.index, delta)
                     if event is not None:  # None: nothing to send yet (text held back)
                         yield event
