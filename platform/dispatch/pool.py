@@ -155,6 +155,18 @@ class WorkerPool:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
 
+    async def _changed_or(self, timeout_s: float) -> None:
+        """Until the pool changes (`_notify`), or `timeout_s` passed.
+
+        Not `asyncio.wait_for`: on Python 3.11 it returns normally, and the cancellation is
+        lost, when the event is set in the loop step the waiting task is cancelled in. Each
+        notify wakes every waiter, and a request that leaves the fair queue notifies: so when
+        many clients left at once (their requests cancelled together), most of them stayed
+        queued and ran upstream to their end, for nobody."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._changed.wait()
+
     def _eligible(self, slot: WorkerSlot, now: float) -> bool:
         if slot.record.state != "ready" or slot.retired or slot.down_until > now:
             return False
@@ -238,8 +250,7 @@ class WorkerPool:
                         code="model_not_ready",
                         retry_after=max(1.0, min(30.0, self.options.wake_timeout_s / 2)),
                     )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
+                await self._changed_or(min(remaining, 1.0))
         finally:
             if counted:
                 self.waiting -= 1
@@ -274,8 +285,7 @@ class WorkerPool:
                         code="pool_saturated" if ready else "no_worker",
                         retry_after=max(1.0, min(30.0, fair.timeout_s / 2)),
                     )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
+                await self._changed_or(min(remaining, 1.0))
         finally:
             self.waiting -= 1
             if not ticket.admitted:
@@ -361,8 +371,7 @@ class WorkerPool:
             # Then wait (bounded) for a worker to register ready; the waiters see it too.
             deadline = self.clock() + self.options.wake_timeout_s
             while not self.ready() and self.clock() < deadline:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), 1.0)
+                await self._changed_or(1.0)
         except Exception as exc:
             log.warning(
                 "wake failed", extra={"model": self.model, "error": f"{type(exc).__name__}: {exc}"}
@@ -448,8 +457,7 @@ class WorkerPool:
                         f" {self.options.swap_timeout_s:g} s; the old ones keep serving",
                         code="swap_timeout",
                     )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), 1.0)
+                await self._changed_or(1.0)
             old = [s for s in self.workers.values() if s.record.revision != new.revision]
             self.spec, self.pinned = new, new.revision
             for slot in old:

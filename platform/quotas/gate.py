@@ -102,7 +102,10 @@ class LongLane:
         entry = (need, granted)
         self._queue.append(entry)
         try:
-            await asyncio.wait_for(asyncio.shield(granted), timeout_s)
+            # Not `asyncio.wait_for`: on Python 3.11 it loses a cancellation that comes in
+            # the step the place is granted (the request would run for a client who left).
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(granted)
         except BaseException:
             if granted.done():  # granted as the wait ended: give the places back
                 self._free += need

@@ -228,3 +228,42 @@ async def test_a_request_that_waits_past_the_timeout_gets_a_503_and_leaves_the_q
     slow.set()
     await first
     assert pool.fair.vtc.active == {} and pool.workers["vllm"].inflight_tokens == 0
+
+
+async def test_queued_requests_cancelled_together_all_leave_and_none_runs() -> None:
+    """Clients that leave at once: each cancelled request leaves the queue and wakes the
+    others in the same loop step. None of those cancellations may be lost (Python 3.11's
+    `asyncio.wait_for` returned normally there, and the request went on to run)."""
+    member = StreamingMember()
+    pool = upstream_pool(member, member_tokens=12, timeout_s=30.0)  # one request at a time
+    hold = asyncio.Event()
+    original = member.generate
+    started: list[str] = []
+
+    async def held(address: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        started.append(req.request_id)
+        await hold.wait()
+        async for chunk in original(address, req):
+            yield chunk
+
+    member.generate = held  # type: ignore[method-assign]
+    client = PoolClient(pool)
+
+    async def run(n: int) -> None:
+        async for _ in client.generate(request("a", 1.0, n)):
+            pass
+
+    running = asyncio.create_task(run(0))
+    await asyncio.sleep(0.01)
+    queued = [asyncio.create_task(run(n)) for n in range(1, 40)]
+    await asyncio.sleep(0.01)
+    assert pool.fair is not None and pool.fair.waiting() == 39
+    for task in queued:  # one by one, as their clients' disconnects arrive
+        task.cancel()
+        await asyncio.sleep(0)
+    results = await asyncio.gather(*queued, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+    assert pool.fair.waiting() == 0 and pool.waiting == 0
+    hold.set()
+    await running
+    assert started == ["a-0"]  # none of the cancelled ones reached the member
