@@ -231,25 +231,18 @@ def assert_aborted_upstream(
     time.sleep(1.0)
     assert vllm.metric("vllm:generation_tokens_total") == generated
     assert generated - generated_before < LONG_OUTPUT
-    assert vllm.requests_seen() == finished_before, "the request ran to its end upstream"
+    assert vllm.requests_run_to_end() == finished_before, "the request ran to its end upstream"
     assert wait_for(lambda: len(ledger_rows(gateway, tenant_id)) == 1)
     ((_, status, input_tokens, output_tokens, _),) = ledger_rows(gateway, tenant_id)
     assert status in ("stopped", "aborted")
     assert input_tokens > 0 and 1 <= output_tokens < LONG_OUTPUT  # billed for what it got
 
 
-@pytest.mark.xfail(
-    reason="known intermittent bug (issue #25): with text-less tokens now streamed it passed"
-    " 3/3 alone and in two module runs (session 34), but in the quiet full suite the request"
-    " still ran to its end upstream once; the non-streamed watch that may be the rest of"
-    " the fix was not landed (see the note); remove this mark when fixed",
-    strict=False,
-)
 def test_a_client_disconnect_aborts_the_request_upstream(
     gateway: RunningServer, vllm: VllmPeer
 ) -> None:
     tenant_id, key = gateway.tenant_key(f"upstream-disconnect-{uuid.uuid4().hex[:8]}")
-    finished_before = vllm.requests_seen_settled()
+    finished_before = vllm.requests_run_to_end_settled()
     generated_before = vllm.metric("vllm:generation_tokens_total")
     body = {
         "model": "demo",

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,13 +62,30 @@ class VllmPeer:
         """Requests vLLM finished, whatever the reason (aborted ones included)."""
         return self.metric("vllm:request_success_total")
 
+    def requests_run_to_end(self) -> float:
+        """Requests vLLM finished by a stop or their length, not aborted. A client's abort is
+        counted under `finished_reason="abort"`, but only when the engine core ends it (an
+        abort that lands before it saw the request is not counted at all), so the total of
+        all reasons cannot tell an aborted request from one that ran to its end."""
+        return self.metric("vllm:request_success_total", finished_reason="length") + self.metric(
+            "vllm:request_success_total", finished_reason="stop"
+        )
+
     def requests_seen_settled(self, interval_s: float = 0.5) -> float:
         """`requests_seen` once two reads `interval_s` apart agree: vLLM's metrics lag a
         little behind an earlier test's last request, which must not count as this test's."""
-        seen = self.requests_seen()
+        return self._settled(self.requests_seen, interval_s)
+
+    def requests_run_to_end_settled(self, interval_s: float = 0.5) -> float:
+        """`requests_run_to_end` once two reads `interval_s` apart agree."""
+        return self._settled(self.requests_run_to_end, interval_s)
+
+    @staticmethod
+    def _settled(read: Callable[[], float], interval_s: float) -> float:
+        seen = read()
         while True:
             time.sleep(interval_s)
-            settled = self.requests_seen()
+            settled = read()
             if settled == seen:
                 return seen
             seen = settled
