@@ -67,10 +67,14 @@ async def test_a_restarted_gateway_resumes_the_batch_and_its_reservation_exactly
             if row.request_completed >= 3:
                 break
             await asyncio.sleep(0.05)
-        for scheduler in first.services.background:
-            for task in list(scheduler._running):  # type: ignore[attr-defined]
-                task.cancel()
-        await asyncio.sleep(0.3)
+
+        async def cut_off() -> None:
+            """The runner and its job loop die with a line in flight (on the app's loop, the
+            portal's thread: Task.cancel is not thread-safe)."""
+            for scheduler in first.services.background:
+                await scheduler.stop()
+
+        await asyncio.to_thread(first.client.blocking_portal.call, cut_off)
         row, stored_before = await _row(first, batch_id)
         reservation = from_json(row.reservation)
         assert reservation is not None
