@@ -1,10 +1,11 @@
 """A batch's budget reservation, kept on its row so any runner can settle it.
 
 The reservation is an admission of the quota store (`QuotaBackend.admit`) holding the
-batch's maximum tokens and cost against the tenant's budgets for the batch's whole
-window. Its id and checks are written on the batch row (JSON: ints and strings only,
-no money as a float: amounts are tokens or micro-units), so the runner that settles a
-line, on this process, another one or after a restart, settles the same reservation.
+batch's maximum tokens and cost against the budgets of the tenant, of the key's project
+and of the key itself for the batch's whole window. Its id and checks are written on the
+batch row (JSON: ints and strings only, no money as a float: amounts are tokens or
+micro-units), so the runner that settles a line, on this process, another one or after a
+restart, settles the same reservation.
 
 What it holds and what its lines used are the row's too (`held_*`, `spent_*`, changed
 in each stored line's own transaction and counted by `quota_version`), and the store

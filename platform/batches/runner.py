@@ -214,7 +214,9 @@ class BatchRunner:
     async def _principal(self, batch: Batch) -> Principal | None:
         """Who the lines run as: the batch's tenant under its plan now, with the key that
         made it and that key's project (for the ledger); None when the tenant is suspended.
-        The project is attribution only: a batch reserves its tenant's budgets alone."""
+        The project is attribution only here: its budgets and the key's were reserved when
+        the batch was made (quotas/plan.py `batch_checks`), and the runner settles each
+        line's share of that reservation, so a line must not reserve them again."""
         async with self._database.session() as session:
             found = await repository.tenant_and_plan(session, batch.tenant_id)
             project_id = await repository.key_project(session, batch.api_key_id)

@@ -5,7 +5,8 @@ a `failed` batch whose `errors` name the lines, before any work. A good file's b
 written `validating` with its prompt tokens counted against the plan's batch queue limit
 (`batch_queue_tokens`, per model, OpenAI's enqueued-token limit; checked atomically with
 the write) and its reservation named on it; then its maximum cost at the model's batch
-price is reserved against the tenant's budgets under the batch's id (over a budget: 429,
+price is reserved against the budgets of the tenant, of the key's project and of the key
+itself under the batch's id, as for an interactive request (over a budget: 429,
 the row removed, nothing made), and it starts `in_progress`; the runner (runner.py) does
 the rest. A gateway dying between the write and the start leaves a `validating` batch
 the sweep fails, giving its reservation back (repository.CREATION_GRACE). A batch is its
@@ -64,6 +65,14 @@ _BUDGET_WORDS = {
     "tokens_month": "monthly token budget",
     "spend_day": "daily spend budget",
     "spend_month": "monthly spend budget",
+    "project_tokens_day": "project's daily token budget",
+    "project_tokens_month": "project's monthly token budget",
+    "project_spend_day": "project's daily spend budget",
+    "project_spend_month": "project's monthly spend budget",
+    "key_tokens_day": "API key's daily token budget",
+    "key_tokens_month": "API key's monthly token budget",
+    "key_spend_day": "API key's daily spend budget",
+    "key_spend_month": "API key's monthly spend budget",
 }
 
 
@@ -243,8 +252,10 @@ class BatchService(BatchBook):
     async def _checks(
         self, principal: Principal, checked: Checked, money: Decimal, window: timedelta
     ) -> tuple[tuple[BudgetCheck, ...], CreditStanding | None]:
-        """What the batch reserves (its tenant's budgets, a prepaid tenant's credits) for
-        its whole window, and the prepaid standing it was measured against."""
+        """What the batch reserves (its tenant's budgets, its key's project's and the key's
+        own, a prepaid tenant's credits) for its whole window, and the prepaid standing it
+        was measured against. The project and key budgets are the principal's, as the
+        interactive path reads them: a batch and interactive requests share their counters."""
         standing: CreditStanding | None = None
         if principal.plan is not None and principal.plan.prepaid:
             standing = NO_CREDITS
@@ -258,6 +269,8 @@ class BatchService(BatchBook):
             at=utcnow(),
             lease_s=(window + RESERVATION_GRACE).total_seconds(),
             credit=standing,
+            project=principal.project,
+            key_quota=principal.key_quota,
         )
         return checks, standing
 

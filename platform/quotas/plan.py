@@ -253,19 +253,31 @@ def batch_checks(
     at: datetime,
     lease_s: float,
     credit: CreditStanding | None = None,
+    project: ProjectQuota | None = None,
+    key_quota: KeyQuota | None = None,
 ) -> tuple[BudgetCheck, ...]:
-    """The checks a Batch API batch reserves at creation: its tenant's budgets alone, for
-    the batch's maximum tokens and cost, leased for its whole window (and, for a prepaid
-    tenant, its `credit`).
+    """The checks a Batch API batch reserves at creation: the budgets of its tenant, of its
+    key's `project` and of the key itself (`key_quota`), for the batch's maximum tokens and
+    cost, leased for its whole window (and, for a prepaid tenant, its `credit`).
+
+    The project's and key's checks are the very ones `build_checks` makes for an
+    interactive request (same names, same counters): a key or project with a budget
+    would otherwise spend without limit through batches, and a batch and interactive
+    requests draw on one budget, whichever comes first.
 
     Why only budgets: a batch's lines run in capacity left idle, at the lowest priority,
-    so the interactive rates (per key, per minute, concurrency) do not apply to them; the
-    plan's batch queue limit (`batch_queue_tokens`) is checked on the database instead.
-    The runner settles each line's share once the line is stored (`QuotaBackend.resync`).
+    so the interactive rates (per key, per minute, concurrency; the project's per minute
+    too) do not apply to them; the plan's batch queue limit (`batch_queue_tokens`) is
+    checked on the database instead. The runner settles each line's share once the line
+    is stored (`QuotaBackend.resync`, every check by its name: `budget_amounts`).
     """
     tag = "{" + _require_id(tenant_id, "tenant_id") + "}"
     micros = to_micro_units(reserve_money)
     checks = budget_checks(tag, quota, reserve_tokens, micros, at, lease_s)
+    if project is not None:
+        checks.extend(project_budget_checks(tag, project, reserve_tokens, micros, at, lease_s))
+    if key_quota is not None:
+        checks.extend(key_budget_checks(tag, key_quota, reserve_tokens, micros, at, lease_s))
     if credit is not None:
         checks.append(credit_check(tag, credit, reserve_money, at, lease_s))
     return tuple(checks)

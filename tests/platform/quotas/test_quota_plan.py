@@ -23,6 +23,8 @@ from hydrant.platform.quotas import (
     settle_amounts,
 )
 from hydrant.platform.quotas.periods import BudgetPeriod, period_window
+from hydrant.platform.quotas.plan import batch_checks, budget_amounts
+from hydrant.platform.quotas.policy import KeyQuota, ProjectQuota
 
 AT = datetime(2025, 12, 31, 23, 30, tzinfo=UTC)
 FULL = TenantQuota(
@@ -132,6 +134,79 @@ def test_settle_amounts_only_names_held_checks() -> None:
     )
     amounts = settle_amounts(Admission("rid", checks), tokens=321, money=Decimal("0.1234564"))
     assert amounts == {"tokens_day": 321, "spend_month": 123_456}
+
+
+def test_a_batch_reserves_its_keys_and_projects_budgets_on_the_interactive_counters() -> None:
+    """A batch holds the key's and the project's budgets as the very checks an interactive
+    request of that key holds (same names, same counters, its own amounts), none of the
+    project's per-minute rates, and a line's settlement names every one of them."""
+    project = ProjectQuota(
+        "prj_1",
+        requests_per_minute=5,
+        tokens_per_minute=1000,
+        tokens_per_day=10_000,
+        spend_per_month=Decimal("2"),
+    )
+    key = KeyQuota("key_1", tokens_per_month=50_000, spend_per_day=Decimal("1"))
+    quota = TenantQuota(tokens_per_day=1_000_000)
+    batch = batch_checks(
+        tenant_id="t1",
+        quota=quota,
+        reserve_tokens=4000,
+        reserve_money=Decimal("0.25"),
+        at=AT,
+        lease_s=90_000,
+        project=project,
+        key_quota=key,
+    )
+    interactive = build_checks(
+        tenant_id="t1",
+        key_id="key_1",
+        tier=classify(10, 10),
+        quota=quota,
+        reserve_tokens=4000,
+        reserve_money=Decimal("0.25"),
+        at=AT,
+        project=project,
+        key_quota=key,
+    )
+    budgets = {c.name: c.key for c in interactive if isinstance(c, BudgetCheck)}
+    assert {c.name: c.key for c in batch} == budgets
+    assert sorted(budgets) == [
+        "key_spend_day",
+        "key_tokens_month",
+        "project_spend_month",
+        "project_tokens_day",
+        "tokens_day",
+    ]
+    by_name = {c.name: c for c in batch}
+    assert by_name["key_spend_day"].key == "{t1}:keybudget:key_1:spend:day:2025-12-31"
+    assert (by_name["key_spend_day"].limit, by_name["key_spend_day"].amount) == (
+        1_000_000,
+        250_000,
+    )
+    assert by_name["project_tokens_day"].key == "{t1}:project:prj_1:tokens:day:2025-12-31"
+    assert all(c.lease_s == 90_000 for c in batch)
+    amounts = budget_amounts(Admission("batch_1", batch), tokens=321, micros=1234)
+    assert amounts == {
+        "tokens_day": 321,
+        "project_tokens_day": 321,
+        "project_spend_month": 1234,
+        "key_tokens_month": 321,
+        "key_spend_day": 1234,
+    }
+    # A project without budgets (rates only) and no key budgets: the tenant's alone.
+    rates_only = ProjectQuota("prj_2", requests_per_minute=5, tokens_per_minute=1000)
+    alone = batch_checks(
+        tenant_id="t1",
+        quota=quota,
+        reserve_tokens=4000,
+        reserve_money=Decimal("0.25"),
+        at=AT,
+        lease_s=90_000,
+        project=rates_only,
+    )
+    assert [c.name for c in alone] == ["tokens_day"]
 
 
 @pytest.mark.parametrize(
