@@ -99,3 +99,13 @@ class ServiceUnavailable(DomainError):
     status = 503
     type = "server_error"
     default_code = "service_unavailable"
+
+
+class ClientDisconnected(DomainError):
+    """The client closed the connection before its answer was ready: the work was stopped.
+
+    Nobody reads this answer; 499 (nginx's "client closed request") marks it in the
+    server's own records."""
+
+    status = 499
+    default_code = "client_closed_request"

@@ -148,6 +148,16 @@ class Generation:
         finally:
             await self._finish()
 
+    async def aclose(self) -> None:
+        """Settle now if iterating did not: a response that ends without running its iterator
+        to the end or into an exception (Litestar's `Stream` abandons it when the client
+        leaves before the first event, or while the event loop is past the iterator) would
+        otherwise hold the engine request, an upstream one still generating, until the
+        garbage collector finalizes the generators, at no set time."""
+        if not self._settled:
+            self._status = self._overall() or "stopped"
+            await self._finish()
+
     async def _merged(self) -> AsyncIterator[tuple[int, GenerateChunk]]:
         """The prompts' chunks in arrival order; a failure of any stream is raised here."""
         queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()

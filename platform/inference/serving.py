@@ -13,12 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from litestar import Request
+from litestar.background_tasks import BackgroundTask
 from litestar.response import Response, Stream
 
 from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.auth.principal import Principal
 from hydrant.platform.errors import PermissionDenied
+from hydrant.platform.http.disconnect import unless_client_leaves
 from hydrant.platform.http.request_id import request_id_for
 from hydrant.platform.inference.deps import InferenceApi
 from hydrant.platform.inference.params import PreparedRequest, check_constraint
@@ -204,15 +206,25 @@ async def serve_body(
     endpoint: Endpoint,
     body: Any,
 ) -> Any:
+    """The request run to its answer. Until the answer starts, a client that disconnects
+    stops the work (`unless_client_leaves`): while it waits for admission or its first
+    token, and through a whole (non-streamed) generation; a stream's own disconnect
+    watch (Litestar's `Stream`) takes over from its first byte."""
     attribution = attribution_of(api, principal, body, request.headers.get(TAGS_HEADER))
-    generation, model, prepared = await start_body(
-        api, principal, endpoint, body, request_id_for(request.scope), attribution
-    )
-    limits = generation.rate_limit_headers
-    if prepared.stream and endpoint.stream is not None:
-        return Stream(
-            endpoint.stream(generation, model.tokenizer),
-            media_type="text/event-stream",
-            headers={**SSE_HEADERS, **limits},
+    request_id = request_id_for(request.scope)
+
+    async def run() -> Response[Any] | Stream:
+        generation, model, prepared = await start_body(
+            api, principal, endpoint, body, request_id, attribution
         )
-    return Response(await endpoint.whole(generation, model.tokenizer), headers=dict(limits))
+        limits = generation.rate_limit_headers
+        if prepared.stream and endpoint.stream is not None:
+            return Stream(
+                endpoint.stream(generation, model.tokenizer),
+                media_type="text/event-stream",
+                headers={**SSE_HEADERS, **limits},
+                background=BackgroundTask(generation.aclose),  # however the stream ended
+            )
+        return Response(await endpoint.whole(generation, model.tokenizer), headers=dict(limits))
+
+    return await unless_client_leaves(request.receive, run())
