@@ -94,6 +94,7 @@ class Authenticator:
         self._monotonic = monotonic
         self._outage_logged = False
         self._flusher: asyncio.Task[None] | None = None
+        self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
 
     @property
     def server_secret(self) -> bytes:
@@ -134,8 +135,7 @@ class Authenticator:
             await self.ensure_bootstrap_key()
         try:
             async with asyncio.timeout(LOOKUP_TIMEOUT_S):
-                async with self._database.session() as session:
-                    record = await find_key_record(session, parsed.prefix)
+                record = await asyncio.shield(self._lookup(parsed.prefix))
         except DATABASE_UNAVAILABLE as exc:
             return self._during_outage(digest, exc)
         if record is None:
@@ -150,6 +150,36 @@ class Authenticator:
         else:
             self._last_good.pop(digest, None)
         return record
+
+    def _lookup(self, prefix: str) -> asyncio.Future[KeyRecord | None]:
+        """The database's record of the key `prefix`, one query for all who ask at once.
+
+        Why one: a cold gateway hit by many requests of a few keys at once (a restart under
+        load; the fair-share e2e's 88 clients of two keys) sent one query per request,
+        queued them all on the connection pool and timed them out together: 503s
+        (`auth_unavailable`). Why a task of its own, awaited shielded: a caller's timeout
+        ends its wait, never the query half way (SQLAlchemy then logged "Exception during
+        reset" and threw the connection away); the query ends in its own time and its
+        result serves whoever still waits. Each caller checks its own secret against it."""
+        running = self._lookups.get(prefix)
+        if running is not None:
+            return running
+
+        async def query() -> KeyRecord | None:
+            async with self._database.session() as session:
+                return await find_key_record(session, prefix)
+
+        task = asyncio.ensure_future(query())
+        self._lookups[prefix] = task
+
+        def done(finished: asyncio.Future[KeyRecord | None]) -> None:
+            if self._lookups.get(prefix) is finished:
+                del self._lookups[prefix]
+            if not finished.cancelled():
+                finished.exception()  # read: nobody may be left waiting for it
+
+        task.add_done_callback(done)
+        return task
 
     def _remember(self, digest: str, record: KeyRecord) -> None:
         if len(self._last_good) >= LAST_GOOD_MAX and digest not in self._last_good:
