@@ -173,8 +173,7 @@ class Authenticator:
         self._lookups[prefix] = task
 
         def done(finished: asyncio.Future[KeyRecord | None]) -> None:
-            if self._lookups.get(prefix) is finished:
-                del self._lookups[prefix]
+            del self._lookups[prefix]  # none replaces it while it runs
             if not finished.cancelled():
                 finished.exception()  # read: nobody may be left waiting for it
 

@@ -39,6 +39,9 @@ def require_vllm() -> Path:
     pytest.skip(message)
 
 
+_ENDS = ("length", "stop")  # vLLM's finish reasons of a request that ran to its end
+
+
 @dataclass
 class VllmPeer:
     base_url: str
@@ -48,15 +51,19 @@ class VllmPeer:
 
     def metric(self, name: str, **labels: str) -> float:
         """The sum of a metric's samples in vLLM's `/metrics` whose labels include `labels`."""
+        return sum(value for found, value in self._samples(name) if labels.items() <= found.items())
+
+    def _samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """A metric's samples (labels, value), from one read of vLLM's `/metrics`."""
         from prometheus_client.parser import text_string_to_metric_families
 
         text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
-        total = 0.0
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and labels.items() <= sample.labels.items():
-                    total += sample.value
-        return total
+        return [
+            (sample.labels, sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        ]
 
     def requests_seen(self) -> float:
         """Requests vLLM finished, whatever the reason (aborted ones included)."""
@@ -67,9 +74,8 @@ class VllmPeer:
         counted under `finished_reason="abort"`, but only when the engine core ends it (an
         abort that lands before it saw the request is not counted at all), so the total of
         all reasons cannot tell an aborted request from one that ran to its end."""
-        return self.metric("vllm:request_success_total", finished_reason="length") + self.metric(
-            "vllm:request_success_total", finished_reason="stop"
-        )
+        samples = self._samples("vllm:request_success_total")  # one read: one moment
+        return sum(value for labels, value in samples if labels.get("finished_reason") in _ENDS)
 
     def requests_seen_settled(self, interval_s: float = 0.5) -> float:
         """`requests_seen` once two reads `interval_s` apart agree: vLLM's metrics lag a

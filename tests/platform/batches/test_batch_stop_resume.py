@@ -91,14 +91,11 @@ async def test_a_runner_cut_off_is_resumed_without_running_a_stored_line_again(
         await _when_completed(gw, key, batch["id"], 3)
         scheduler = gw.services.background[0]
 
-        async def cut_off() -> None:
-            """The runner dies with lines in flight, and the job loop with it: left running,
-            its sweep would start a runner of its own on the batch whose lease the cut-off
-            one gave back, racing the one this test drives (`not ours`, or SQLite locked).
-            On the app's loop (the portal's thread): Task.cancel is not thread-safe."""
-            await scheduler.stop()
-
-        await asyncio.to_thread(gw.client.blocking_portal.call, cut_off)
+        # The runner dies with lines in flight, and the job loop with it: left running, its
+        # sweep would start a runner of its own on the batch whose lease the cut-off one
+        # gave back, racing the one this test drives (`not ours`, or SQLite locked). Stopped
+        # on the app's loop (the portal's thread): Task.cancel is not thread-safe.
+        await asyncio.to_thread(gw.client.blocking_portal.call, scheduler.stop)
         before = (await gw.client.get(f"/v1/batches/{batch['id']}", headers=gw.auth(key))).json()
         stored = before["request_counts"]["completed"]
         assert before["status"] == "in_progress" and 3 <= stored < len(LINES)
