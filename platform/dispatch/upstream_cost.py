@@ -20,39 +20,60 @@ from dataclasses import dataclass, field
 @dataclass
 class _Share:
     tokens: int
+    mark: float  # the member's seconds-per-token integral when `seconds` was last settled
     seconds: float = 0.0
 
 
 @dataclass
 class MemberCost:
-    """One member's requests in flight and the device seconds each has accrued."""
+    """One member's requests in flight and the device seconds each has accrued.
+
+    O(1) per event, whatever the number in flight: the member keeps the integral
+    of wall time per token in flight (`_per_token`), and a request's share over
+    any stretch in which its tokens did not change is its tokens times that
+    integral's growth. A per-event loop over every request in flight cost the
+    gateway 4 % of its CPU at 20 requests/s (py-spy), quadratic in the load.
+    """
 
     clock: Callable[[], float] = time.monotonic
     _active: dict[str, _Share] = field(default_factory=dict)
+    _total: int = 0  # tokens in flight
+    _per_token: float = 0.0
     _last: float = 0.0
 
     def _advance(self) -> None:
         now = self.clock()
         elapsed, self._last = now - self._last, now
-        total = sum(share.tokens for share in self._active.values())
-        if elapsed <= 0 or total <= 0:
-            return
-        for share in self._active.values():
-            share.seconds += elapsed * share.tokens / total
+        if elapsed > 0 and self._total > 0:
+            self._per_token += elapsed / self._total
+
+    def _settle(self, share: _Share) -> None:
+        share.seconds += share.tokens * (self._per_token - share.mark)
+        share.mark = self._per_token
 
     def start(self, request_id: str, prompt_tokens: int) -> None:
         self._advance()
-        self._active[request_id] = _Share(tokens=max(1, prompt_tokens))
+        share = _Share(tokens=max(1, prompt_tokens), mark=self._per_token)
+        self._active[request_id] = share
+        self._total += share.tokens
 
     def grow(self, request_id: str, new_tokens: int) -> None:
         """`new_tokens` more generated: the request's weight from now on."""
         share = self._active.get(request_id)
         if share is not None and new_tokens:
             self._advance()
+            self._settle(share)
             share.tokens += new_tokens
+            self._total += new_tokens
 
     def finish(self, request_id: str) -> float:
         """The request's estimated device seconds; it leaves the member's accounting."""
-        self._advance()
         share = self._active.pop(request_id, None)
-        return share.seconds if share is not None else 0.0
+        if share is None:
+            return 0.0
+        self._advance()
+        self._settle(share)
+        self._total -= share.tokens
+        if not self._active:
+            self._per_token = 0.0  # no mark refers to it: start afresh (no drift over months)
+        return share.seconds

@@ -198,20 +198,22 @@ def error_message(body: bytes) -> tuple[str, str | None]:
 
 
 class SseLines:
-    """Splits a byte stream into SSE `data:` payloads (`None` for `[DONE]`)."""
+    """Splits a byte stream into SSE `data:` payloads (`None` for `[DONE]`).
+
+    One `split` per read, not a search and a copy of the buffer per line: a read
+    usually holds whole events, one or a few."""
 
     def __init__(self) -> None:
         self._buffer = b""
 
     def feed(self, data: bytes) -> list[bytes | None]:
-        self._buffer += data
+        if self._buffer:
+            data = self._buffer + data
+        lines = data.split(b"\n")
+        self._buffer = lines.pop()  # what follows the last line end: an unfinished line
         payloads: list[bytes | None] = []
-        while True:
-            end = self._buffer.find(b"\n")
-            if end < 0:
-                return payloads
-            line, self._buffer = self._buffer[:end].rstrip(b"\r"), self._buffer[end + 1 :]
-            if not line.startswith(b"data:"):
-                continue  # blank separators, comments, `event:` lines
-            payload = line[5:].strip()
-            payloads.append(None if payload == b"[DONE]" else payload)
+        for line in lines:
+            if line.startswith(b"data:"):  # not blank separators, comments, `event:` lines
+                payload = line[5:].strip()  # the optional space, and a CR of a CRLF
+                payloads.append(None if payload == b"[DONE]" else payload)
+        return payloads

@@ -4,6 +4,8 @@ tests/e2e/test_upstream_vllm.py."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from hydrant.engine.errors import InvalidRequestError
@@ -157,6 +159,58 @@ def test_device_time_is_split_by_each_requests_tokens_while_they_overlap() -> No
     now[0] = 4.0  # b alone for 1 s
     assert cost.finish("b") == pytest.approx(0.75 + 0.5 + 1.0)
     assert cost.finish("b") == 0.0  # once
+
+
+class _NaiveCost:
+    """The apportioning written the obvious way (every request advanced at every event)."""
+
+    def __init__(self) -> None:
+        self.active: dict[str, list[float]] = {}  # id -> [tokens, seconds]
+        self.last = 0.0
+
+    def advance(self, now: float) -> None:
+        total = sum(t for t, _ in self.active.values())
+        if total:
+            for share in self.active.values():
+                share[1] += (now - self.last) * share[0] / total
+        self.last = now
+
+
+def test_device_time_matches_the_per_request_split_on_random_timelines() -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        now = [0.0]
+        cost = MemberCost(clock=lambda now=now: now[0])
+        naive = _NaiveCost()
+        busy = 0.0
+        got: dict[str, float] = {}
+        want: dict[str, float] = {}
+        for step in range(200):
+            dt = rng.choice([0.0, rng.random()])
+            if naive.active:
+                busy += dt
+            now[0] += dt
+            naive.advance(now[0])
+            action = rng.random()
+            if action < 0.3 or not naive.active:
+                rid = f"r{step}"
+                tokens = rng.randint(1, 500)
+                cost.start(rid, tokens)
+                naive.active[rid] = [tokens, 0.0]
+            elif action < 0.8:
+                rid = rng.choice(sorted(naive.active))
+                n = rng.randint(0, 8)
+                cost.grow(rid, n)
+                naive.active[rid][0] += n
+            else:
+                rid = rng.choice(sorted(naive.active))
+                got[rid] = cost.finish(rid)
+                want[rid] = naive.active.pop(rid)[1]
+        for rid in list(naive.active):
+            got[rid] = cost.finish(rid)
+            want[rid] = naive.active.pop(rid)[1]
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+        assert sum(got.values()) == pytest.approx(busy, rel=1e-9, abs=1e-9)  # nothing lost
 
 
 def test_the_probe_reads_vllms_load_and_its_model_list() -> None:
