@@ -8,6 +8,7 @@ adapters and evicts the least recently used one no running sequence pins.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -242,3 +243,45 @@ def test_forked_choices_run_with_their_parent_s_adapter(
     single = finals["one"].outputs[0].token_ids
     assert [c.token_ids for c in finals["three"].outputs] == [single] * 3
     assert engine.runner.lora_slots is not None and engine.runner.lora_slots.pins[0] == 0
+
+
+def test_an_adapter_still_loading_never_stalls_the_other_requests(
+    engines: EngineTracker, models: dict[str, Path], qv: AdapterRef, tmp_path: Path
+) -> None:
+    """An adapter whose files are slow to read (a FIFO nobody writes yet: the loader's
+    thread blocks in `open`, as on a hung network mount) holds up only its own request:
+    the base model's and another adapter's requests run to their end meanwhile, and the
+    slow one then answers what it answers when its files are there at once."""
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    prompt = random_prompts(1, 12, 13, seed=4)[0]
+    reference = engines.make(models["llama"])
+    reference.add_request(Request("want", prompt, params, adapter=qv))
+    want = {}
+    while reference.has_unfinished():
+        want.update({o.request_id: o for o in reference.step() if o.finished})
+
+    slow = _copy(qv, tmp_path, "slow")
+    config = Path(slow.path) / "adapter_config.json"
+    text = config.read_text("utf-8")
+    config.unlink()
+    os.mkfifo(config)
+    engine = engines.make(models["llama"])
+    try:
+        engine.add_request(Request("slow", prompt, params, adapter=slow))
+        engine.add_request(Request("base", prompt, params))
+        engine.add_request(Request("other", prompt, params, adapter=qv))
+        finals = {}
+        for _ in range(200):
+            finals.update({o.request_id: o for o in engine.step() if o.finished})
+            if {"base", "other"} <= set(finals):
+                break
+        assert {"base", "other"} <= set(finals), "the step loop stalled behind a load"
+        assert "slow" not in finals
+        assert [len(finals[r].outputs[0].token_ids) for r in ("base", "other")] == [12, 12]
+    finally:  # the loader blocks in open() until a writer comes: let it read
+        with open(config, "w", encoding="utf-8") as fifo:
+            fifo.write(text)
+    while engine.has_unfinished():
+        finals.update({o.request_id: o for o in engine.step() if o.finished})
+    assert finals["slow"].outputs[0].token_ids == want["want"].outputs[0].token_ids
+    assert finals["other"].outputs[0].token_ids == want["want"].outputs[0].token_ids
