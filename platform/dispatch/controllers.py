@@ -7,6 +7,7 @@ from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody
 
+from hydrant.platform.adapters.catalog import AdapterCatalog
 from hydrant.platform.auth.dependencies import provide_admin_principal, require_admin
 from hydrant.platform.dispatch.schemas import PoolList, PoolView, SwapRequest, SwapResult
 from hydrant.platform.dispatch.service import PoolManager
@@ -27,11 +28,17 @@ class PoolAdminController(Controller):
 
     @post("/{model:str}/swap", status_code=200)
     async def swap(
-        self, model: FromPath[str], data: JSONBody[SwapRequest], pools: NamedDependency[PoolManager]
+        self,
+        model: FromPath[str],
+        data: JSONBody[SwapRequest],
+        pools: NamedDependency[PoolManager],
+        adapter_catalog: NamedDependency[AdapterCatalog | None],
     ) -> SwapResult:
-        """Start workers of the new checkpoint, wait until they serve, drain the old ones."""
+        """Start workers of the new checkpoint, wait until they serve, drain the old ones;
+        the model's adapters stay registered and must fit the new checkpoint."""
         manager = pools
-        drained = await manager.swap(model, data.path, data.quantization)
+        adapters = adapter_catalog.directories_of(model) if adapter_catalog is not None else {}
+        drained = await manager.swap(model, data.path, data.quantization, adapters)
         return SwapResult(pool=PoolView.of(manager.pool(model)), drained=drained)
 
     @post("/{model:str}/workers/{worker_id:str}/drain", status_code=200)
