@@ -43,17 +43,18 @@ class AdapterLoader:
 
     def load(self, ref: AdapterRef) -> Future[LoraAdapter]:
         """The adapter named `ref.name`: done at once when held, else its (shared) load."""
+        key = ref.key
         with self._lock:
-            held = self._host.get(ref.name)
+            held = self._host.get(key)
             if held is not None:
-                self._host.move_to_end(ref.name)
+                self._host.move_to_end(key)
                 done: Future[LoraAdapter] = Future()
                 done.set_result(held)
                 return done
-            future = self._loading.get(ref.name)
+            future = self._loading.get(key)
             if future is None:
                 future = Future()
-                self._loading[ref.name] = future
+                self._loading[key] = future
                 thread = threading.Thread(
                     target=self._read, args=(ref, future), name="hydrant-lora", daemon=True
                 )
@@ -65,12 +66,14 @@ class AdapterLoader:
             adapter = load_adapter(ref.name, ref.path, self.config, self.max_rank, self.dtype)
         except BaseException as exc:
             with self._lock:
-                self._loading.pop(ref.name, None)
+                self._loading.pop(ref.key, None)
             future.set_exception(exc)
             return
         with self._lock:
-            self._loading.pop(ref.name, None)
-            self._host[ref.name] = adapter
+            self._loading.pop(ref.key, None)
+            for key in [k for k, held in self._host.items() if held.name == ref.name]:
+                del self._host[key]  # an older version: the gateway sends only the newest
+            self._host[ref.key] = adapter
             while len(self._host) > self.max_cpu_loras:
                 self._host.popitem(last=False)
         future.set_result(adapter)
@@ -78,7 +81,7 @@ class AdapterLoader:
     @property
     def names(self) -> tuple[str, ...]:
         with self._lock:
-            return tuple(self._host)
+            return tuple(dict.fromkeys(held.name for held in self._host.values()))
 
 
 class AdapterManager:

@@ -285,3 +285,30 @@ def test_an_adapter_still_loading_never_stalls_the_other_requests(
         finals.update({o.request_id: o for o in engine.step() if o.finished})
     assert finals["slow"].outputs[0].token_ids == want["want"].outputs[0].token_ids
     assert finals["other"].outputs[0].token_ids == want["want"].outputs[0].token_ids
+
+
+def test_an_adapter_registered_again_at_another_path_runs_its_new_weights(
+    engines: EngineTracker, models: dict[str, Path], qv: AdapterRef, tmp_path: Path
+) -> None:
+    """The platform lets an admin remove an adapter and register a new version under the
+    same name at another directory, with no restart. The engine holds the old one in host
+    memory, a device slot and the prefix cache: none of them may answer for the new one."""
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    prompt = random_prompts(1, 24, 25, seed=6)[0]
+    newer = build_adapter(models["llama"], tmp_path / "qv-v2", AdapterSpec(8, 64, QV.targets), 9)
+    fresh = engines.make(models["llama"])
+    fresh.add_request(Request("want", prompt, params, adapter=newer))
+    want = {}
+    while fresh.has_unfinished():
+        want.update({o.request_id: o for o in fresh.step() if o.finished})
+
+    engine = engines.make(models["llama"], block_size=8)
+    finals = {}
+    for rid, ref in (("old", qv), ("new", AdapterRef(name="qv", path=newer.path))):
+        engine.add_request(Request(rid, prompt, params, adapter=ref))
+        while engine.has_unfinished():
+            finals.update({o.request_id: o for o in engine.step() if o.finished})
+    assert finals["old"].outputs[0].token_ids != want["want"].outputs[0].token_ids
+    assert finals["new"].outputs[0].token_ids == want["want"].outputs[0].token_ids
+    assert finals["new"].metrics.cached_tokens == 0  # the old version's K/V is not reused
+    assert engine.stats().loaded_adapters == ("qv",)
