@@ -54,6 +54,9 @@ class AdapterLoader:
             future = self._loading.get(key)
             if future is None:
                 future = Future()
+                # Running from now on: a waiter that gives up (a client leaving, which
+                # cancels its asyncio wrapper) cannot cancel a load others share.
+                future.set_running_or_notify_cancel()
                 self._loading[key] = future
                 thread = threading.Thread(
                     target=self._read, args=(ref, future), name="hydrant-lora", daemon=True

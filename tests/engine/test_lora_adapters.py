@@ -7,9 +7,12 @@ adapters and evicts the least recently used one no running sequence pins.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -245,13 +248,42 @@ def test_forked_choices_run_with_their_parent_s_adapter(
     assert engine.runner.lora_slots is not None and engine.runner.lora_slots.pins[0] == 0
 
 
+def _hung_adapter(
+    ref: AdapterRef, tmp_path: Path, name: str
+) -> tuple[AdapterRef, Callable[[], None]]:
+    """A copy of `ref` whose adapter_config.json is a FIFO nobody writes yet: reading it
+    blocks in `open` (as on a hung network mount) until `release()` writes the config."""
+    slow = _copy(ref, tmp_path, name)
+    config = Path(slow.path) / "adapter_config.json"
+    text = config.read_bytes()
+    config.unlink()
+    os.mkfifo(config)
+
+    def release() -> None:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                fd = os.open(config, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: its reader has not opened it yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+                continue
+            try:
+                os.write(fd, text)
+            finally:
+                os.close(fd)
+            return
+
+    return slow, release
+
+
 def test_an_adapter_still_loading_never_stalls_the_other_requests(
     engines: EngineTracker, models: dict[str, Path], qv: AdapterRef, tmp_path: Path
 ) -> None:
-    """An adapter whose files are slow to read (a FIFO nobody writes yet: the loader's
-    thread blocks in `open`, as on a hung network mount) holds up only its own request:
-    the base model's and another adapter's requests run to their end meanwhile, and the
-    slow one then answers what it answers when its files are there at once."""
+    """An adapter whose files are slow to read holds up only its own request: the base
+    model's and another adapter's requests run to their end meanwhile, and the slow one
+    then answers what it answers when its files are there at once."""
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     prompt = random_prompts(1, 12, 13, seed=4)[0]
     reference = engines.make(models["llama"])
@@ -260,11 +292,7 @@ def test_an_adapter_still_loading_never_stalls_the_other_requests(
     while reference.has_unfinished():
         want.update({o.request_id: o for o in reference.step() if o.finished})
 
-    slow = _copy(qv, tmp_path, "slow")
-    config = Path(slow.path) / "adapter_config.json"
-    text = config.read_text("utf-8")
-    config.unlink()
-    os.mkfifo(config)
+    slow, release = _hung_adapter(qv, tmp_path, "slow")
     engine = engines.make(models["llama"])
     try:
         engine.add_request(Request("slow", prompt, params, adapter=slow))
@@ -278,13 +306,51 @@ def test_an_adapter_still_loading_never_stalls_the_other_requests(
         assert {"base", "other"} <= set(finals), "the step loop stalled behind a load"
         assert "slow" not in finals
         assert [len(finals[r].outputs[0].token_ids) for r in ("base", "other")] == [12, 12]
-    finally:  # the loader blocks in open() until a writer comes: let it read
-        with open(config, "w", encoding="utf-8") as fifo:
-            fifo.write(text)
+    finally:
+        release()
     while engine.has_unfinished():
         finals.update({o.request_id: o for o in engine.step() if o.finished})
     assert finals["slow"].outputs[0].token_ids == want["want"].outputs[0].token_ids
     assert finals["other"].outputs[0].token_ids == want["want"].outputs[0].token_ids
+
+
+async def test_the_async_front_serves_the_others_while_an_adapter_loads(
+    engines: EngineTracker, models: dict[str, Path], qv: AdapterRef, tmp_path: Path
+) -> None:
+    """The path workers and the embedded engine take: the front reads a request's adapter
+    before queuing it, so a slow read keeps that request out of the step loop, and the
+    base model's and another adapter's requests are served in full meanwhile."""
+    slow, release = _hung_adapter(qv, tmp_path, "slow")
+    engine = engines.make(models["llama"])
+
+    def request(rid: str, ref: AdapterRef | None) -> GenerateRequest:
+        sampling = Sampling(max_tokens=6, temperature=0.0, ignore_eos=True)
+        return GenerateRequest(
+            request_id=rid, prompt_token_ids=[9, 8, 7, 6], sampling=sampling, adapter=ref
+        )
+
+    async with running(engine) as front:
+        client = InProcessEngineClient(front)
+
+        async def tokens(rid: str, ref: AdapterRef | None) -> list[int]:
+            out: list[int] = []
+            async for chunk in client.generate(request(rid, ref)):
+                out += [t for choice in chunk.choices for t in choice.token_ids]
+            return out
+
+        waiting = asyncio.create_task(tokens("slow", slow))
+        leaving = asyncio.create_task(tokens("leaves", slow))  # shares the load, then goes
+        try:
+            other = await asyncio.wait_for(tokens("other", qv), 60)
+            base = await asyncio.wait_for(tokens("base", None), 60)
+            assert len(other) == len(base) == 6 and other != base
+            assert not waiting.done()
+            leaving.cancel()  # its client left: the load the other request waits on goes on
+            with pytest.raises(asyncio.CancelledError):
+                await leaving
+        finally:
+            await asyncio.to_thread(release)
+        assert await asyncio.wait_for(waiting, 60) == other
 
 
 def test_an_adapter_registered_again_at_another_path_runs_its_new_weights(
