@@ -42,7 +42,8 @@ class AdapterLoader:
         self._loading: dict[str, Future[LoraAdapter]] = {}
 
     def load(self, ref: AdapterRef) -> Future[LoraAdapter]:
-        """The adapter named `ref.name`: done at once when held, else its (shared) load."""
+        """The adapter `ref` names (its name and directory, `ref.key`): done at once when
+        held, else its load, shared by every request that asks meanwhile."""
         key = ref.key
         with self._lock:
             held = self._host.get(key)
@@ -61,7 +62,11 @@ class AdapterLoader:
                 thread = threading.Thread(
                     target=self._read, args=(ref, future), name="hydrant-lora", daemon=True
                 )
-                thread.start()
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # no thread to be had: this load fails, not hangs
+                    del self._loading[key]
+                    future.set_exception(exc)
             return future
 
     def _read(self, ref: AdapterRef, future: Future[LoraAdapter]) -> None:
