@@ -87,7 +87,7 @@ def test_a_pool_serves_an_adapter_and_a_hot_swap_keeps_it(
                     model=model, messages=PROMPT, max_tokens=12, temperature=0
                 )
                 completion = raw.parse()
-                assert completion.model == ("demo:tuned" if "tuned" in model else "demo")
+                assert completion.model == (model if model.startswith("demo") else f"demo:{model}")
                 return completion.choices[0].message.content or "", raw.headers["x-request-id"]
 
             base_text, _ = ask("demo")
@@ -118,3 +118,22 @@ def test_a_pool_serves_an_adapter_and_a_hot_swap_keeps_it(
             assert _ledger_adapter(server.data_dir, request_id) == "tuned"
             wait_until(lambda: _loaded(server) == ["demo:tuned"], 30, "the new worker to load it")
             assert ask("tuned")[0] == before  # by its name alone too
+
+            # Without adapters that bind it, the model may change shape; new adapters are
+            # then checked against the checkpoint it serves, not the one it started with.
+            with server.admin() as admin:
+                admin.timeout = 300
+                assert admin.delete("/admin/models/demo/adapters/tuned").status_code == 204
+                swapped = admin.post("/admin/pools/demo/swap", json={"path": str(wide)})
+                assert swapped.status_code == 200, swapped.text
+                old_shape = admin.post(
+                    "/admin/models/demo/adapters", json={"name": "tuned", "path": str(adapter)}
+                )
+                assert old_shape.status_code == 422, old_shape.text
+                assert "hidden_size" in old_shape.json()["error"]["message"]
+                fits = write_adapter(tmp_path / "wide-tuned", wide, r=4, std=0.3)
+                added = admin.post(
+                    "/admin/models/demo/adapters", json={"name": "wide", "path": str(fits)}
+                )
+                assert added.status_code == 201, added.text
+            assert ask("demo:wide")[0]
