@@ -24,6 +24,7 @@ import torch
 
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.errors import EngineError, InvalidRequestError
+from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.safetensors_reader import SafetensorsFile
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -67,6 +68,12 @@ class LoraAdapter:
     rank: int
     scaling: float
     weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]
+    path: str  # the directory it was read from
+
+    @property
+    def key(self) -> str:
+        """What the engine holds it under (`AdapterRef.key`: name and directory)."""
+        return AdapterRef(name=self.name, path=self.path).key
 
     @property
     def modules(self) -> frozenset[str]:
@@ -167,4 +174,4 @@ def load_adapter(
                     f"the base model (want {(rank, n_in)} and {(n_out, rank)})",
                 )
             weights[(layer, module)] = (a, b)
-    return LoraAdapter(name, rank, scaling, weights)
+    return LoraAdapter(name, rank, scaling, weights, path)

@@ -1,6 +1,8 @@
 """Adapters from disk to a device slot, without stalling the step loop.
 
-`AdapterLoader` reads an adapter on its first use on its own thread, then keeps it in a
+`AdapterLoader` reads an adapter on its first use on a thread of that load's own (one
+slow or hung read, say of a stalled network mount, then holds up no other adapter's first
+load, and as a daemon thread it cannot hold up the process's exit), then keeps it in a
 bounded host LRU (`max_cpu_loras`) so a later request, or one evicted from its device
 slot, needs no disk read. `AdapterManager` is what the scheduler asks: a waiting
 sequence whose adapter is still loading (or whose slots are all pinned) is skipped,
@@ -13,7 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import torch
 
@@ -25,7 +27,8 @@ from hydrant.engine.sequence import Request, Sequence
 
 
 class AdapterLoader:
-    """Disk to host memory on one background thread; a bounded LRU of loaded adapters."""
+    """Disk to host memory, each load on a thread of its own; a bounded LRU of loaded
+    adapters."""
 
     def __init__(
         self, config: ModelConfig, max_cpu_loras: int, max_rank: int, dtype: torch.dtype
@@ -37,41 +40,56 @@ class AdapterLoader:
         self._lock = threading.Lock()  # the step thread and the async front both ask
         self._host: OrderedDict[str, LoraAdapter] = OrderedDict()
         self._loading: dict[str, Future[LoraAdapter]] = {}
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hydrant-lora")
 
     def load(self, ref: AdapterRef) -> Future[LoraAdapter]:
-        """The adapter named `ref.name`: done at once when held, else its (shared) load."""
+        """The adapter `ref` names (its name and directory, `ref.key`): done at once when
+        held, else its load, shared by every request that asks meanwhile."""
+        key = ref.key
         with self._lock:
-            held = self._host.get(ref.name)
+            held = self._host.get(key)
             if held is not None:
-                self._host.move_to_end(ref.name)
+                self._host.move_to_end(key)
                 done: Future[LoraAdapter] = Future()
                 done.set_result(held)
                 return done
-            future = self._loading.get(ref.name)
+            future = self._loading.get(key)
             if future is None:
-                future = self._executor.submit(self._read, ref)
-                self._loading[ref.name] = future
+                future = Future()
+                # Running from now on: a waiter that gives up (a client leaving, which
+                # cancels its asyncio wrapper) cannot cancel a load others share.
+                future.set_running_or_notify_cancel()
+                self._loading[key] = future
+                thread = threading.Thread(
+                    target=self._read, args=(ref, future), name="hydrant-lora", daemon=True
+                )
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # no thread to be had: this load fails, not hangs
+                    del self._loading[key]
+                    future.set_exception(exc)
             return future
 
-    def _read(self, ref: AdapterRef) -> LoraAdapter:
+    def _read(self, ref: AdapterRef, future: Future[LoraAdapter]) -> None:
         try:
             adapter = load_adapter(ref.name, ref.path, self.config, self.max_rank, self.dtype)
-        except BaseException:
+        except BaseException as exc:
             with self._lock:
-                self._loading.pop(ref.name, None)
-            raise
+                self._loading.pop(ref.key, None)
+            future.set_exception(exc)
+            return
         with self._lock:
-            self._loading.pop(ref.name, None)
-            self._host[ref.name] = adapter
+            self._loading.pop(ref.key, None)
+            for key in [k for k, held in self._host.items() if held.name == ref.name]:
+                del self._host[key]  # an older version: the gateway sends only the newest
+            self._host[ref.key] = adapter
             while len(self._host) > self.max_cpu_loras:
                 self._host.popitem(last=False)
-        return adapter
+        future.set_result(adapter)
 
     @property
     def names(self) -> tuple[str, ...]:
         with self._lock:
-            return tuple(self._host)
+            return tuple(dict.fromkeys(held.name for held in self._host.values()))
 
 
 class AdapterManager:

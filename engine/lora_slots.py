@@ -57,7 +57,8 @@ class LoraSlots:
         self.ranks = [0] * num_slots
         self.names: list[str | None] = [None] * num_slots
         self.pins = [0] * num_slots
-        self._slot_of: OrderedDict[str, int] = OrderedDict()  # least recently used first
+        # by `LoraAdapter.key` (name and directory), least recently used first
+        self._slot_of: OrderedDict[str, int] = OrderedDict()
 
     def full_bytes(self) -> int:
         """Bytes of every stack once all four fused projections are targeted: what the
@@ -72,18 +73,21 @@ class LoraSlots:
 
     @property
     def resident(self) -> tuple[str, ...]:
-        return tuple(self._slot_of)
+        """The names of the adapters in slots (a name once, though two versions may be
+        resident while requests of the older one finish)."""
+        names = (self.names[slot] for slot in self._slot_of.values())
+        return tuple(dict.fromkeys(name for name in names if name is not None))
 
     def acquire(self, adapter: LoraAdapter) -> int | None:
         """Pin `adapter`'s slot, copying it in (over the least recently used unpinned slot)
         when it is not resident; None when every slot is pinned by running sequences."""
-        slot = self._slot_of.get(adapter.name)
+        slot = self._slot_of.get(adapter.key)
         if slot is None:
             slot = self._free_slot()
             if slot is None:
                 return None
             self._load(slot, adapter)
-        self._slot_of.move_to_end(adapter.name)
+        self._slot_of.move_to_end(adapter.key)
         self.pins[slot] += 1
         return slot
 
@@ -105,9 +109,9 @@ class LoraSlots:
         for slot, name in enumerate(self.names):
             if name is None:
                 return slot
-        for name, slot in self._slot_of.items():
+        for key, slot in self._slot_of.items():
             if self.pins[slot] == 0:
-                del self._slot_of[name]
+                del self._slot_of[key]
                 return slot
         return None
 
@@ -136,7 +140,7 @@ class LoraSlots:
         self.scales[slot] = adapter.scaling
         self.ranks[slot] = adapter.rank
         self.names[slot] = adapter.name
-        self._slot_of[adapter.name] = slot
+        self._slot_of[adapter.key] = slot
 
     def _new_stack(self, parts: tuple[str, ...]) -> Stack:
         n_in = self.shapes[parts[0]][0]

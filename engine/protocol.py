@@ -57,12 +57,19 @@ class AdapterRef(msgspec.Struct, frozen=True, kw_only=True):
     """A LoRA adapter a request runs with (issue #28).
 
     The gateway sends the registered path with every request, so an engine loads an adapter
-    on its first use and a hot-added adapter needs no restart or push to the workers. The
-    name is the engine's cache key (and the prefix cache's): one name, one set of weights.
+    on its first use and a hot-added adapter needs no restart or push to the workers.
     """
 
     name: str
     path: str
+
+    @property
+    def key(self) -> str:
+        """What an engine holds it under (host memory, device slot, prefix cache): its name
+        and directory. An admin may remove an adapter and register a new version under the
+        same name at another directory, without a restart; keyed by name alone, engines
+        would answer it with the old weights and the old K/V."""
+        return f"{self.name}\0{self.path}"
 
 
 class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):

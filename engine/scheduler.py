@@ -111,7 +111,7 @@ class Scheduler:
         request.lane = LONG_LANE if long else SHORT_LANE
         salt = request.tenant_id.encode() if self.config.prefix_cache_per_tenant else b""
         if request.adapter is not None:  # an adapter's K/V is not the base model's
-            salt += b"\x00adapter:" + request.adapter.name.encode()
+            salt += b"\x00adapter:" + request.adapter.key.encode()
         request.cache_salt = b"hydrant-prefix:" + salt
         self.fairness.arrive(request.tenant_id)
         self.waiting.extend(request.seqs)

@@ -100,6 +100,11 @@ class AdapterCatalog(RefreshedCopy):
         entries = (e for e in self._entries.values() if e.visible_to(tenant_id))
         return sorted(entries, key=lambda e: e.model_name)
 
+    def directories_of(self, base_model: str) -> dict[str, str]:
+        """Every adapter of `base_model` (any tenant's), name to directory: what a hot swap
+        of the base model must still fit."""
+        return {e.name: e.path for e in self._entries.values() if e.base_model == base_model}
+
     # ---- changes ---------------------------------------------------------------------------
 
     def put(self, entry: AdapterEntry) -> None:

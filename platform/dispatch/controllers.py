@@ -6,10 +6,13 @@ from __future__ import annotations
 from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from hydrant.platform.adapters.catalog import AdapterCatalog
 from hydrant.platform.auth.dependencies import provide_admin_principal, require_admin
 from hydrant.platform.dispatch.schemas import PoolList, PoolView, SwapRequest, SwapResult
 from hydrant.platform.dispatch.service import PoolManager
+from hydrant.platform.models.deployments import record_swap
 
 
 class PoolAdminController(Controller):
@@ -27,11 +30,20 @@ class PoolAdminController(Controller):
 
     @post("/{model:str}/swap", status_code=200)
     async def swap(
-        self, model: FromPath[str], data: JSONBody[SwapRequest], pools: NamedDependency[PoolManager]
+        self,
+        model: FromPath[str],
+        data: JSONBody[SwapRequest],
+        pools: NamedDependency[PoolManager],
+        adapter_catalog: NamedDependency[AdapterCatalog | None],
+        db_session: NamedDependency[AsyncSession],
     ) -> SwapResult:
-        """Start workers of the new checkpoint, wait until they serve, drain the old ones."""
+        """Start workers of the new checkpoint, wait until they serve, drain the old ones;
+        the model's adapters stay registered and must fit the new checkpoint, which new
+        adapters are then checked against."""
         manager = pools
-        drained = await manager.swap(model, data.path, data.quantization)
+        adapters = adapter_catalog.directories_of(model) if adapter_catalog is not None else {}
+        drained = await manager.swap(model, data.path, data.quantization, adapters)
+        await record_swap(db_session, model, data.path)
         return SwapResult(pool=PoolView.of(manager.pool(model)), drained=drained)
 
     @post("/{model:str}/workers/{worker_id:str}/drain", status_code=200)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -24,6 +24,7 @@ from hydrant.engine.tokenizer import Tokenizer
 from hydrant.engine.worker.registration import RedisRegistryStore
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.errors import ConfigurationError
+from hydrant.platform.adapters.peft_config import inspect_adapter
 from hydrant.platform.dispatch.directory import WorkerDirectory, WorkerSource
 from hydrant.platform.dispatch.fair_share import FairQueue
 from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
@@ -235,7 +236,17 @@ class PoolManager:
                         extra={"model": pool.model, "error": type(exc).__name__},
                     )
 
-    async def swap(self, model: str, path: str, quantization: str | None) -> int:
+    async def swap(
+        self,
+        model: str,
+        path: str,
+        quantization: str | None,
+        adapters: Mapping[str, str] | None = None,
+    ) -> int:
+        """Hot swap to the checkpoint at `path`. The model keeps its LoRA `adapters` (name to
+        directory): they are registered on the model's name, not on a checkpoint, and the
+        new workers load them on first use; so a checkpoint they do not fit is refused
+        here, where the gateway reads it, rather than failing each adapter request after."""
         pool = self.pool(model)
         pool.check_swappable()
         if quantization not in (None, "int8", "int4"):
@@ -248,6 +259,18 @@ class PoolManager:
             if not info.loadable:
                 raise Unprocessable(
                     f"{path} cannot be served: {'; '.join(info.problems)}", param="path"
+                )
+            misfits = [
+                f"{name}: {'; '.join(problems)}"
+                for name, directory in sorted((adapters or {}).items())
+                if (problems := inspect_adapter(Path(directory), checkpoint).problems)
+            ]
+            if misfits:
+                raise Unprocessable(
+                    f"the adapters of `{model}` do not fit {path} ({' | '.join(misfits)}):"
+                    " remove them first, or swap to a checkpoint they fit",
+                    param="path",
+                    code="adapters_do_not_fit",
                 )
         drained = await pool.swap(PoolSpec(model=model, path=path, quantization=quantization))
         served = self.registry.get(model) if self.registry is not None else None

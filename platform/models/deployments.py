@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from hydrant.platform.billing.pricing import Price as PriceValue
 from hydrant.platform.billing.pricing import batch_price
@@ -54,6 +55,15 @@ async def ensure_deployments(
                     )
                 )
                 log.info("default price set", extra={"model": spec.name})
+
+
+async def record_swap(session: AsyncSession, model: str, path: str) -> None:
+    """After a hot swap, the model's row names the checkpoint its pool now serves: new LoRA
+    adapters are checked against that one at registration (a gateway's start sets it from
+    its configuration again)."""
+    row = await session.scalar(select(ModelDeployment).where(ModelDeployment.name == model))
+    if row is not None:
+        row.path = path
 
 
 class PriceBook(RefreshedCopy):

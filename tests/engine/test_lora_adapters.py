@@ -7,8 +7,12 @@ adapters and evicts the least recently used one no running sequence pins.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -242,3 +246,135 @@ def test_forked_choices_run_with_their_parent_s_adapter(
     single = finals["one"].outputs[0].token_ids
     assert [c.token_ids for c in finals["three"].outputs] == [single] * 3
     assert engine.runner.lora_slots is not None and engine.runner.lora_slots.pins[0] == 0
+
+
+def _hung_adapter(
+    ref: AdapterRef, tmp_path: Path, name: str
+) -> tuple[AdapterRef, Callable[[], None]]:
+    """A copy of `ref` whose adapter_config.json is a FIFO nobody writes yet: reading it
+    blocks in `open` (as on a hung network mount) until `release()` writes the config."""
+    slow = _copy(ref, tmp_path, name)
+    config = Path(slow.path) / "adapter_config.json"
+    text = config.read_bytes()
+    config.unlink()
+    os.mkfifo(config)
+
+    def release() -> None:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                fd = os.open(config, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: its reader has not opened it yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+                continue
+            try:
+                os.write(fd, text)
+            finally:
+                os.close(fd)
+            return
+
+    return slow, release
+
+
+def test_an_adapter_still_loading_never_stalls_the_other_requests(
+    engines: EngineTracker, models: dict[str, Path], qv: AdapterRef, tmp_path: Path
+) -> None:
+    """An adapter whose files are slow to read holds up only its own request: the base
+    model's and another adapter's requests run to their end meanwhile, and the slow one
+    then answers what it answers when its files are there at once."""
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    prompt = random_prompts(1, 12, 13, seed=4)[0]
+    reference = engines.make(models["llama"])
+    reference.add_request(Request("want", prompt, params, adapter=qv))
+    want = {}
+    while reference.has_unfinished():
+        want.update({o.request_id: o for o in reference.step() if o.finished})
+
+    slow, release = _hung_adapter(qv, tmp_path, "slow")
+    engine = engines.make(models["llama"])
+    try:
+        engine.add_request(Request("slow", prompt, params, adapter=slow))
+        engine.add_request(Request("base", prompt, params))
+        engine.add_request(Request("other", prompt, params, adapter=qv))
+        finals = {}
+        for _ in range(200):
+            finals.update({o.request_id: o for o in engine.step() if o.finished})
+            if {"base", "other"} <= set(finals):
+                break
+        assert {"base", "other"} <= set(finals), "the step loop stalled behind a load"
+        assert "slow" not in finals
+        assert [len(finals[r].outputs[0].token_ids) for r in ("base", "other")] == [12, 12]
+    finally:
+        release()
+    while engine.has_unfinished():
+        finals.update({o.request_id: o for o in engine.step() if o.finished})
+    assert finals["slow"].outputs[0].token_ids == want["want"].outputs[0].token_ids
+    assert finals["other"].outputs[0].token_ids == want["want"].outputs[0].token_ids
+
+
+async def test_the_async_front_serves_the_others_while_an_adapter_loads(
+    engines: EngineTracker, models: dict[str, Path], qv: AdapterRef, tmp_path: Path
+) -> None:
+    """The path workers and the embedded engine take: the front reads a request's adapter
+    before queuing it, so a slow read keeps that request out of the step loop, and the
+    base model's and another adapter's requests are served in full meanwhile."""
+    slow, release = _hung_adapter(qv, tmp_path, "slow")
+    engine = engines.make(models["llama"])
+
+    def request(rid: str, ref: AdapterRef | None) -> GenerateRequest:
+        sampling = Sampling(max_tokens=6, temperature=0.0, ignore_eos=True)
+        return GenerateRequest(
+            request_id=rid, prompt_token_ids=[9, 8, 7, 6], sampling=sampling, adapter=ref
+        )
+
+    async with running(engine) as front:
+        client = InProcessEngineClient(front)
+
+        async def tokens(rid: str, ref: AdapterRef | None) -> list[int]:
+            out: list[int] = []
+            async for chunk in client.generate(request(rid, ref)):
+                out += [t for choice in chunk.choices for t in choice.token_ids]
+            return out
+
+        waiting = asyncio.create_task(tokens("slow", slow))
+        leaving = asyncio.create_task(tokens("leaves", slow))  # shares the load, then goes
+        try:
+            other = await asyncio.wait_for(tokens("other", qv), 60)
+            base = await asyncio.wait_for(tokens("base", None), 60)
+            assert len(other) == len(base) == 6 and other != base
+            assert not waiting.done()
+            leaving.cancel()  # its client left: the load the other request waits on goes on
+            with pytest.raises(asyncio.CancelledError):
+                await leaving
+        finally:
+            await asyncio.to_thread(release)
+        assert await asyncio.wait_for(waiting, 60) == other
+
+
+def test_an_adapter_registered_again_at_another_path_runs_its_new_weights(
+    engines: EngineTracker, models: dict[str, Path], qv: AdapterRef, tmp_path: Path
+) -> None:
+    """The platform lets an admin remove an adapter and register a new version under the
+    same name at another directory, with no restart. The engine holds the old one in host
+    memory, a device slot and the prefix cache: none of them may answer for the new one."""
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    prompt = random_prompts(1, 24, 25, seed=6)[0]
+    newer = build_adapter(models["llama"], tmp_path / "qv-v2", AdapterSpec(8, 64, QV.targets), 9)
+    fresh = engines.make(models["llama"])
+    fresh.add_request(Request("want", prompt, params, adapter=newer))
+    want = {}
+    while fresh.has_unfinished():
+        want.update({o.request_id: o for o in fresh.step() if o.finished})
+
+    engine = engines.make(models["llama"], block_size=8)
+    finals = {}
+    for rid, ref in (("old", qv), ("new", AdapterRef(name="qv", path=newer.path))):
+        engine.add_request(Request(rid, prompt, params, adapter=ref))
+        while engine.has_unfinished():
+            finals.update({o.request_id: o for o in engine.step() if o.finished})
+    assert finals["old"].outputs[0].token_ids != want["want"].outputs[0].token_ids
+    assert finals["new"].outputs[0].token_ids == want["want"].outputs[0].token_ids
+    assert finals["new"].metrics.cached_tokens == 0  # the old version's K/V is not reused
+    assert engine.stats().loaded_adapters == ("qv",)

@@ -4,7 +4,8 @@ What each test shows: an adapter alone gives the merged model's logits (within 1
 greedy tokens, for several ranks and target sets (rsLoRA included); one batch mixing
 the base model and three adapters gives every row what it gets alone; the prefix cache
 never hands one adapter's K/V to another (or to the base model) but does reuse an
-adapter's own; preemption by recompute keeps each request's adapter; base-model rows
+adapter's own; preemption by recompute (prefix caching on) keeps each request's adapter
+and still gives the merged model's tokens and logits; base-model rows
 are bit for bit what an engine that never saw an adapter computes.
 """
 
@@ -88,7 +89,7 @@ def _check_against_merged(
 ) -> None:
     model = merged_model(base, ref)
     tokens = _tokens(output)
-    assert tokens == hf_greedy(model, prompt, NEW_TOKENS)
+    assert tokens == hf_greedy(model, prompt, len(tokens))
     want = reference_logits(model, prompt, tokens)
     got = torch.stack(logits)
     assert got.shape == want.shape
@@ -190,11 +191,17 @@ def test_preemption_recomputes_with_the_same_adapter(
         _submit(roomy, f"r{i}", prompt, ref, 24)
     want = {rid: _tokens(out) for rid, out in _drain(roomy).items()}
     tight = engines.make(base, block_size=8, num_gpu_blocks=10, max_model_len=64)
+    assert tight.config.enable_prefix_caching  # recompute may reuse its own cached blocks
+    seen = record_logits(tight)
     for i, (prompt, ref) in enumerate(zip(prompts, refs, strict=True)):
         _submit(tight, f"r{i}", prompt, ref, 24)
-    got = {rid: _tokens(out) for rid, out in _drain(tight).items()}
+    finals = _drain(tight)
+    got = {rid: _tokens(out) for rid, out in finals.items()}
     assert tight.scheduler.num_preemptions > 0
     assert got == want
+    # and what transformers gives with each adapter merged, logits included
+    for i, (prompt, ref) in enumerate(zip(prompts, refs, strict=True)):
+        _check_against_merged(base, ref, prompt, finals[f"r{i}"], seen[f"r{i}"])
 
 
 @pytest.mark.skipif(

@@ -288,3 +288,47 @@ def test_cpu_row_sgmv_over_a_fused_stack(gen: torch.Generator) -> None:
     y = before[shuffle].clone()
     NATIVE.lora_bgmv(y, x[shuffle], a, b, scales, per_row[shuffle])
     assert rel_error(y, want[shuffle]) < REL_TOL[torch.float32]
+
+
+@pytest.mark.parametrize("rank", range(1, 65))
+def test_every_stack_rank_from_1_to_64(row: KernelBackend, gen: torch.Generator, rank: int) -> None:
+    """The stack as the engine cuts it for a step (its largest rank), every rank from 1 to
+    64: below, at and above the kernels' 16-wide tiles and reductions; BGMV and SGMV with base
+    rows and an empty segment, each row against a float64 product of its own adapter."""
+    slots = 3
+    a = torch.randn(slots, rank, K, generator=gen) / rank**0.5
+    b = torch.randn(slots, N, rank, generator=gen)
+    scales = torch.tensor([0.5, 2.0, 1.0])
+
+    def dense(x: torch.Tensor, per_row: list[int]) -> torch.Tensor:
+        out = torch.zeros(x.shape[0], N, dtype=torch.float64)
+        for t, slot in enumerate(per_row):
+            if slot >= 0:
+                delta = x[t].double() @ a[slot].double().t() @ b[slot].double().t()
+                out[t] = scales[slot].double() * delta
+        return out
+
+    decode = [2, -1, 0, 1, 0, -1, 2]
+    x = torch.randn(len(decode), K, generator=gen)
+    y = torch.zeros(len(decode), N)
+    row.lora_bgmv(y, x, a, b, scales, torch.tensor(decode, dtype=torch.int32))
+    assert rel_error(y, dense(x, decode)) < REL_TOL[torch.float32]
+
+    lengths, seg_slots = [3, 0, 19, 4, 1], [1, 0, 2, -1, 0]
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    per_row = [s for s, n in zip(seg_slots, lengths, strict=True) for _ in range(n)]
+    x = torch.randn(starts[-1], K, generator=gen)
+    y = torch.zeros(starts[-1], N)
+    row.lora_sgmv(
+        y,
+        x,
+        a,
+        b,
+        scales,
+        torch.tensor(starts, dtype=torch.int32),
+        torch.tensor(seg_slots, dtype=torch.int64),
+        max(lengths),
+    )
+    assert rel_error(y, dense(x, per_row)) < REL_TOL[torch.float32]

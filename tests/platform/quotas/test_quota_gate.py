@@ -65,8 +65,10 @@ def ctx(
     policy: PlanPolicy | None = None,
     key: str = "k1",
     prompts: int = 1,
+    adapter: str | None = None,
 ) -> RequestContext:
-    """A request of `prompts` prompts (a batched completion) of `prompt` tokens each."""
+    """A request of `prompts` prompts (a batched completion) of `prompt` tokens each, on
+    the base model `demo` or one of its LoRA adapters."""
     one = PreparedPrompt([1] * prompt, Sampling(max_tokens=max_tokens))
     return RequestContext(
         request_id="req_x",
@@ -77,6 +79,7 @@ def ctx(
         prepared=PreparedRequest((one,) * prompts, stream=False, include_usage=False),
         plan=policy or plan(),
         max_model_len=100_000,
+        adapter=adapter,
     )
 
 
@@ -157,6 +160,29 @@ async def test_budget_reserves_the_maximum_and_settles_to_the_actual() -> None:
     await first.settle(outcome(100, 0))  # actual cost 0.0001: the rest is given back
     second = await g.admit(ctx(100, 400, policy))
     await second.settle(outcome(100, 400))
+
+
+async def test_an_adapter_s_requests_reserve_and_settle_at_its_price() -> None:
+    """A LoRA adapter's request takes the tenant's budget at the adapter's own price (else
+    its base model's): reserved so before it runs, and settled so after (#28)."""
+    prices = {
+        "demo": PRICE,  # 1 / 2 per million
+        "demo:sql": Price(input_per_million=Decimal("10"), output_per_million=Decimal("20")),
+    }
+    g = QuotaGate(GuardedQuotaBackend(InMemoryQuotaBackend()), prices.get)
+    policy = plan(spend_per_day=Decimal("0.005"))
+    # 100 in + 400 out: 0.0009 at the base model's price, 0.009 at demo:sql's
+    with pytest.raises(BudgetExhausted):
+        await g.admit(ctx(100, 400, policy, adapter="sql"))
+    sql = await g.admit(ctx(100, 100, policy, adapter="sql"))  # reserves 0.003
+    await sql.settle(outcome(100, 100))  # spent 0.003 (0.0003 at the base model's price)
+    for _ in range(2):  # an adapter without a price of its own: the base model's, 0.0009
+        chat = await g.admit(ctx(100, 400, policy, adapter="chat"))
+        await chat.settle(outcome(100, 400))
+    # 0.0048 spent: one more at 0.0009 would pass 0.005 (had sql been billed at the base
+    # model's price, 0.0021 would be spent and it would pass)
+    with pytest.raises(BudgetExhausted):
+        await g.admit(ctx(100, 400, policy))
 
 
 async def test_quota_backend_down_fails_closed() -> None:
