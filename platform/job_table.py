@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from hydrant.platform.adapters.tasks import TASKS as ADAPTER_TASKS
 from hydrant.platform.batches.tasks import TASKS as BATCH_TASKS
+from hydrant.platform.credits.tasks import TASKS as CREDIT_TASKS
 from hydrant.platform.digests.tasks import TASKS as DIGEST_TASKS
 from hydrant.platform.dispatch.tasks import TASKS as POOL_TASKS
 from hydrant.platform.files.tasks import TASKS as FILE_TASKS
@@ -28,6 +29,10 @@ PERIODIC: tuple[Periodic, ...] = (
     # Every minute: a crossing is mailed within a minute (digests/low_balance.py says why
     # a periodic check and not the settlement); it reads only tenants with thresholds.
     Periodic("low-balance-alerts", "hydrant.credits.check_low_balance", 60.0),
+    # Every minute: entries that reached the ledger late (spool, journal) or of post-paid
+    # tenants with credits are paid within a minute (credits/payer.py says why); one
+    # query when nothing is pending.
+    Periodic("credit-payments", "hydrant.credits.pay_pending", 60.0),
     Periodic("hourly-ledger-rollups", "hydrant.ledger.rollup", 3600.0),
     # Hourly, and idempotent per adapter and day (adapters/hosting.py): a day is charged once.
     Periodic("adapter-hosting-fees", "hydrant.adapters.hosting_fees", 3600.0),
@@ -67,6 +72,7 @@ JOB_TABLE = JobTable.of(
         *RESPONSE_TASKS,
         *FILE_TASKS,
         *BATCH_TASKS,
+        *CREDIT_TASKS,
         *POOL_TASKS,
         *ADAPTER_TASKS,
         *INVOICE_TASKS,

@@ -26,6 +26,7 @@ from hydrant.web.context import (
     sign_in_url,
 )
 from hydrant.web.pages.batches import BatchPagesController
+from hydrant.web.pages.credits import CreditPagesController
 from hydrant.web.pages.invoices import InvoicePagesController
 from hydrant.web.pages.keys import KeyPagesController
 from hydrant.web.pages.models import ModelPagesController
@@ -118,6 +119,7 @@ def web_router() -> Router:
             ReportPagesController,
             BatchPagesController,
             InvoicePagesController,
+            CreditPagesController,
             create_static_files_router(
                 path="/static", directories=[STATIC], name="web-static", include_in_schema=False
             ),

@@ -100,6 +100,26 @@ async def pending_entries(
     return [PendingEntry(r, Decimal(c), f) for r, c, f in rows.all()]
 
 
+async def tenants_with_pending(session: AsyncSession) -> list[str]:
+    """The tenants that have a grant and a charged ledger entry not settled yet (since their
+    first grant, as `pending_entries` reads them): the ones a payer has work for. One
+    query for all tenants, so a periodic payer costs one read when nothing is pending."""
+    first_grant = (
+        select(CreditGrant.tenant_id, func.min(CreditGrant.created_at).label("since"))
+        .group_by(CreditGrant.tenant_id)
+        .subquery()
+    )
+    applied = exists().where(CreditSettlement.request_id == LedgerEntry.request_id)
+    statement = (
+        select(LedgerEntry.tenant_id)
+        .join(first_grant, first_grant.c.tenant_id == LedgerEntry.tenant_id)
+        .where(LedgerEntry.charged > 0, LedgerEntry.started_at >= first_grant.c.since, ~applied)
+        .distinct()
+        .order_by(LedgerEntry.tenant_id)
+    )
+    return list((await session.scalars(statement)).all())
+
+
 async def applied_total(session: AsyncSession, tenant_id: str) -> Decimal:
     statement = select(func.coalesce(func.sum(CreditApplication.amount), 0)).where(
         CreditApplication.tenant_id == tenant_id

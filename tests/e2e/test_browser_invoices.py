@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
 from hydrant_server import RunningServer
 from pypdf import PdfReader
@@ -200,14 +201,59 @@ def test_invoice_pages_and_pdf(server: RunningServer, browser: Any) -> None:
         picture = _pdf_picture(pdf, ARTIFACTS / "invoice-draft-pdf.png")
         assert picture.getextrema()[0] < 64  # dark ink on the page: it drew something
 
+        # The tenant's credits: the grant fully spent by this month's draft, no forms.
+        page.get_by_role("link", name="Credits").click()
+        page.wait_for_load_state()
+        assert page.locator("#credit-balance").get_attribute("data-value") == "0.000000"
+        assert page.locator('#grants-table td[data-col="used"]').inner_text() == "0.000002"
+        assert page.get_by_role("button", name="Grant").count() == 0
+
         page.set_viewport_size({"width": 390, "height": 844})
         for path in (
             f"/ui/tenants/{tenant_id}/invoices",
             f"/ui/tenants/{tenant_id}/invoices/{this_month.label}",
+            f"/ui/tenants/{tenant_id}/credits",
         ):
             page.goto(f"{server.base_url}{path}")
             _check_accessible_and_narrow(page, path)
+        page.goto(f"{server.base_url}/ui/tenants/{tenant_id}/invoices/{this_month.label}")
         page.screenshot(path=str(ARTIFACTS / "invoice-draft-phone.png"), full_page=True)
         print(f"screenshots: {ARTIFACTS}/invoice-finalized.png, invoice-draft.png")
+    finally:
+        context.close()
+
+
+def test_admins_grant_and_void_credit_on_the_page(server: RunningServer, browser: Any) -> None:
+    """The admin's credits page: a grant made with the form counts in the tenant's balance
+    (read back with the tenant's own key), and a void takes what is left of it away."""
+    tenant_id, key = server.tenant_key("acme-credits")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    try:
+        _sign_in(page, server.base_url, server.admin_key)
+        page.goto(f"{server.base_url}/ui/tenants/{tenant_id}")
+        page.get_by_role("link", name="Credits").click()
+        page.wait_for_load_state()
+        assert page.get_by_role("heading", level=1).inner_text() == "Credits of acme-credits"
+        page.get_by_label("Kind").select_option("promo")
+        page.get_by_label("Amount").fill("12.50")
+        page.get_by_label("Note").fill("launch offer")
+        page.get_by_role("button", name="Grant", exact=True).click()
+        page.wait_for_load_state()
+        assert "Credit granted" in page.locator("p.notice").inner_text()
+        assert page.locator("#credit-balance").get_attribute("data-value") == "12.500000"
+        with httpx.Client(base_url=server.base_url, timeout=30) as client:
+            own = client.get("/account/balance", headers={"authorization": f"Bearer {key}"})
+        assert own.json()["available"] == "12.500000"
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "credits-admin.png"), full_page=True)
+
+        page.get_by_role("button", name="Void").click()
+        page.wait_for_load_state()
+        assert page.locator("#credit-balance").get_attribute("data-value") == "0.000000"
+        assert page.locator('#grants-table [data-col="status"]').inner_text() == "voided"
+        page.set_viewport_size({"width": 390, "height": 844})
+        _check_accessible_and_narrow(page, f"/ui/tenants/{tenant_id}/credits")
     finally:
         context.close()

@@ -171,3 +171,89 @@ async def test_sign_in_returns_to_the_page_asked_for(cp: ControlPlane) -> None:
         data={"api_key": cp.admin_secret, "next": "/ui/models", "csrf_token": token.group(1)},
     )
     assert response.headers["location"] == "/ui/models"
+
+
+def _page_rows(html: str) -> list[tuple[str, str, str]]:
+    """(group, requests, charged) of each row of the page's report table."""
+    table = re.search(r'<table id="report-table">.*?</table>', html, re.S)
+    assert table is not None
+    return re.findall(
+        r'data-col="group">([^<]*)</td>\s*<td class="num" data-col="requests">(\d+)</td>'
+        r'.*?data-col="charged">([^<]+)</td>',
+        table.group(0),
+        re.S,
+    )
+
+
+async def test_pages_and_csv_split_by_key_project_user_and_tag_as_the_api(
+    cp: ControlPlane,
+) -> None:
+    """The `by` filter on the admin cost page and on a tenant's usage page: one row per
+    attribution value (and "(none)" for entries without it), as `/admin/reports/costs` and
+    `/v1/usage` group them, and the page's CSV is the API's."""
+    from sqlalchemy import update
+
+    from hydrant.platform.db.models import LedgerEntry
+
+    acme, acme_key, _, _ = await seed(cp)
+    key, _ = await cp.create_key(acme["id"])
+    project = await cp.client.post(
+        f"/admin/tenants/{acme['id']}/projects", json={"name": "web"}, headers=cp.admin
+    )
+    assert project.status_code == 201, project.text
+    attribution = {  # w3 stays unattributed
+        "w1": {"tags": {"team": "search"}, "end_user": "u" * 64, "project_id": project.json()["id"],
+               "api_key_id": key["id"]},
+        "w2": {"tags": {"team": "ads"}, "end_user": "v" * 64},
+    }  # fmt: skip
+    for request_id, values in attribution.items():
+        await cp.execute(
+            update(LedgerEntry).where(LedgerEntry.request_id == request_id).values(**values)
+        )
+
+    expected_groups = {
+        "tag:team": {"search", "ads", None},
+        "user": {"u" * 64, "v" * 64, None},
+        "project": {project.json()["id"], None},
+        "key": {key["id"], None},
+    }
+    tenant = {"tenant_id": acme["id"]}
+    await sign_in(cp.client, cp.admin_secret)
+    for by, groups in expected_groups.items():
+        params = {**PERIOD, **tenant, "by": by}
+        api = (await cp.client.get("/admin/reports/costs", params=params, headers=cp.admin)).json()
+        assert {r["group"] for r in api["data"]} == groups, by
+        page = await cp.client.get("/ui/reports/costs", params=params)
+        assert page.status_code == 200, page.text
+        shown = _page_rows(page.text)
+        assert len(shown) == len(api["data"]) > 1, by
+        assert {(g, int(n), c) for g, n, c in shown} == {
+            (r["group"] if r["group"] is not None else "(none)", r["requests"], r["charged"])
+            for r in api["data"]
+        }, by
+        api_csv = await cp.client.get(
+            "/admin/reports/costs", params={**params, "format": "csv"}, headers=cp.admin
+        )
+        page_csv = await cp.client.get("/ui/reports/costs.csv", params=params)
+        assert page_csv.content == api_csv.content and b"group" in page_csv.content, by
+
+    await sign_in(cp.client, acme_key)  # the tenant's own page, as /v1/usage splits it
+    for by in ("tag:team", "project"):
+        params = {**PERIOD, "by": by}
+        usage = await cp.client.get(
+            "/v1/usage", params=params, headers={"authorization": f"Bearer {acme_key}"}
+        )
+        own = await cp.client.get(f"/ui/tenants/{acme['id']}/usage", params=params)
+        assert own.status_code == 200, own.text
+        assert len({r["group"] for r in usage.json()["data"]}) > 1, by
+        assert {(g, int(n), c) for g, n, c in _page_rows(own.text)} == {
+            (r["group"] if r["group"] is not None else "(none)", r["requests"], r["charged"])
+            for r in usage.json()["data"]
+        }, by
+        page_csv = await cp.client.get(f"/ui/tenants/{acme['id']}/usage.csv", params=params)
+        usage_csv = await cp.client.get(
+            "/v1/usage",
+            params={**params, "format": "csv"},
+            headers={"authorization": f"Bearer {acme_key}"},
+        )
+        assert page_csv.content == usage_csv.content, by

@@ -65,6 +65,7 @@ async def test_jobs_run_on_the_loop_without_redis(db: Database, data_dir: Path) 
         "hydrant.digests.dispatch",
         "hydrant.budgets.check",
         "hydrant.credits.check_low_balance",
+        "hydrant.credits.pay_pending",
         "hydrant.invoices.finalize",
         "hydrant.ledger.rollup",
         "hydrant.adapters.hosting_fees",

@@ -80,6 +80,7 @@ def test_celery_needs_redis_and_is_built_from_settings(tmp_path) -> None:  # typ
         "hydrant.digests.dispatch",
         "hydrant.budgets.check",
         "hydrant.credits.check_low_balance",
+        "hydrant.credits.pay_pending",
         "hydrant.invoices.finalize",
         "hydrant.ledger.rollup",
         "hydrant.adapters.hosting_fees",

@@ -157,3 +157,22 @@ async def test_remaining_drops_by_one_and_a_429_agrees_with_retry_after(
     seconds = float(reset[:-1])
     assert 50 < seconds <= 60
     assert int(refused["retry-after"]) == math.ceil(seconds)
+
+
+async def test_every_inference_surface_carries_the_headers(
+    openai_client: openai.AsyncOpenAI,
+) -> None:
+    """Completions, embeddings and the Responses API answer through the same serving path as
+    chat: each carries the six headers of its own admission (remaining 2, 1, 0)."""
+    completion = await openai_client.completions.with_raw_response.create(
+        model="demo", prompt="hi", max_tokens=2
+    )
+    embedding = await openai_client.embeddings.with_raw_response.create(model="demo", input="hi")
+    response = await openai_client.responses.with_raw_response.create(
+        model="demo", input="hi", max_output_tokens=2
+    )
+    seen = [completion.headers, embedding.headers, response.headers]
+    for suffix in ("requests", "tokens"):
+        for part in ("limit", "remaining", "reset"):
+            assert all(f"x-ratelimit-{part}-{suffix}" in h for h in seen), (part, suffix)
+    assert [h["x-ratelimit-remaining-requests"] for h in seen] == ["2", "1", "0"]
