@@ -41,9 +41,7 @@ class CreditAdminController(Controller):
         principal: NamedDependency[Principal],
         credit_service: NamedDependency[CreditService],
     ) -> GrantView:
-        amount = parse_decimal(
-            data.amount, param="amount", places=6, integer_digits=10, positive=True
-        )
+        amount = data.amount_value()
         row, left = await credit_service.grant(
             principal,
             tenant_id,

@@ -12,7 +12,7 @@ from msgspec import Meta, Struct
 from hydrant.platform.credits.repository import GrantRow
 from hydrant.platform.credits.service import Balance
 from hydrant.platform.db.credit_models import CreditAlertThreshold
-from hydrant.platform.prices.decimal_text import DecimalText, format_decimal
+from hydrant.platform.prices.decimal_text import DecimalText, format_decimal, parse_decimal
 
 Currency = Annotated[str, Meta(pattern=r"^[A-Za-z]{3}$")]
 Note = Annotated[str, Meta(max_length=200)]
@@ -24,6 +24,13 @@ class GrantCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     currency: Currency = "USD"
     expires_at: datetime | None = None
     note: Note = ""
+
+    def amount_value(self) -> Decimal:
+        """The amount as the grant's `Decimal`: positive, at most 6 places (the API's and the
+        web form's one check)."""
+        return parse_decimal(
+            self.amount, param="amount", places=6, integer_digits=10, positive=True
+        )
 
 
 class GrantView(Struct, kw_only=True):

@@ -22,7 +22,6 @@ from hydrant.platform.credits.schemas import BalanceView, GrantCreate
 from hydrant.platform.credits.service import CreditService
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.errors import DomainError, InvalidRequest
-from hydrant.platform.prices.decimal_text import parse_decimal
 from hydrant.platform.tenants.controllers import provide_tenant_service
 from hydrant.platform.tenants.service import TenantService
 from hydrant.web.context import Page
@@ -78,9 +77,7 @@ class CreditPagesController(Controller):
                     "note": form.text("note"),
                 },
             )
-            amount = parse_decimal(
-                body.amount, param="amount", places=6, integer_digits=10, positive=True
-            )
+            amount = body.amount_value()
             await credit_service.grant(
                 principal,
                 tenant.id,
