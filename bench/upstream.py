@@ -42,7 +42,8 @@ import secrets
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
@@ -69,20 +70,38 @@ from serving import _tree_ticks as tree_ticks
 ORDER = ("vllm", "relay", "litellm", "upstream")
 
 
+@dataclass
+class FrontCpu:
+    ms_per_k: float  # CPU ms per 1,000 output tokens
+    cores: float  # CPU seconds per second of the client's runs
+
+
 def measure_front(
     opts: Options, server: Server, rate: str, prompts: int, args: argparse.Namespace
-) -> tuple[Run, float]:
-    """One run, and the CPU seconds the front's processes used during it (0 for vLLM
-    itself): what a front takes from the cores vLLM runs on, which one run's latencies
-    show only through noise several times larger."""
-    pid = server.process.pid if server.process is not None and server.kind != "vllm" else None
-    before = tree_ticks(pid) if pid is not None else 0
+) -> tuple[Run, FrontCpu | None]:
+    """One run, and the CPU the front's processes used during it (None for vLLM itself):
+    what a front takes from the cores vLLM runs on, which one run's latencies show only
+    through noise several times larger. Read at once: the next round writes the same
+    files again. Every attempt of the run (a noisy one is run again) counts: its CPU, its
+    tokens and its time."""
+    if server.process is None or server.kind == "vllm":
+        return measure(opts, server, rate, prompts, args), None
+    pid = server.process.pid
+    started = time.time()
+    before = tree_ticks(pid)
     run = measure(opts, server, rate, prompts, args)
-    used = (tree_ticks(pid) - before) / TICK if pid is not None else 0.0
-    return run, used
+    used = (tree_ticks(pid) - before) / TICK
+    tries = [
+        json.loads(path.read_text())
+        for path in opts.out.glob(f"{server.model}-{server.kind}-rate{rate}-try*.json")
+        if path.stat().st_mtime >= started
+    ]
+    tokens = sum(data["total_output_tokens"] for data in tries)
+    seconds = sum(data["duration"] for data in tries)
+    return run, FrontCpu(1e6 * used / max(tokens, 1), used / max(seconds, 1e-9))
 
 
-def cpu_table(runs: list[tuple[Run, float]], labels: dict[str, str], out: Path) -> str:
+def cpu_table(runs: list[tuple[Run, FrontCpu]], labels: dict[str, str]) -> str:
     """Each front's CPU per 1,000 output tokens and in cores (medians over the rounds)."""
     lines = [
         "\n| rate | front | front CPU ms per 1,000 output tokens | front CPU, cores |",
@@ -90,18 +109,11 @@ def cpu_table(runs: list[tuple[Run, float]], labels: dict[str, str], out: Path) 
     ]
     for rate in dict.fromkeys(r.rate for r, _ in runs):
         for kind in ORDER:
-            cells = [(r, cpu) for r, cpu in runs if r.rate == rate and r.server == kind]
-            if not cells or kind == "vllm":
-                continue
-            per_k, cores = [], []
-            for run, used in cells:
-                data = json.loads((out / run.file).read_text())
-                per_k.append(1e6 * used / max(data["total_output_tokens"], 1))
-                cores.append(used / max(data["duration"], 1e-9))
-            lines.append(
-                f"| {rate}/s | {labels[kind]} | {statistics.median(per_k):,.0f}"
-                f" | {statistics.median(cores):.2f} |"
-            )
+            cells = [cpu for r, cpu in runs if r.rate == rate and r.server == kind]
+            if cells:
+                per_k = statistics.median(c.ms_per_k for c in cells)
+                cores = statistics.median(c.cores for c in cells)
+                lines.append(f"| {rate}/s | {labels[kind]} | {per_k:,.0f} | {cores:.2f} |")
     return "\n".join(lines)
 
 
@@ -240,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"results in {out}")
 
     runs: list[Run] = []
-    cpu: list[tuple[Run, float]] = []
+    cpu: list[tuple[Run, FrontCpu]] = []
     with contextlib.ExitStack() as stack:
         vllm = stack.enter_context(running(DirectVllm(model, model_dir, opts)))
         fronts: list[Server] = [vllm]
@@ -264,11 +276,12 @@ def main(argv: list[str] | None = None) -> int:
                 for server in fronts:
                     run, used = measure_front(opts, server, rate, args.num_prompts, args)
                     runs.append(run)
-                    cpu.append((run, used))
+                    if used is not None:
+                        cpu.append((run, used))
                     (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
     labels = {s.kind: s.label for s in (DirectVllm, ByteRelay, LitellmProxy, HydrantUpstream)}
     text = table(runs, args.num_prompts, args.threads, order=ORDER, labels=labels)
-    text += "\n" + cpu_table(cpu, labels, out)
+    text += "\n" + cpu_table(cpu, labels)
     (out / "table.md").write_text(text + "\n")
     print(text)
     return 0
