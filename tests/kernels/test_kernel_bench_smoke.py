@@ -45,3 +45,23 @@ def test_w4_probe_smoke(tmp_path: Path) -> None:
     assert {"full", "prefetch_sz", "no_x", "no_scale", "load_only"} <= variants
     exact = [row for row in rows if "rel_err" in row]
     assert exact and all(row["rel_err"] < 2e-3 for row in exact)
+
+
+@pytest.mark.slow
+def test_gpu_decode_bench_smoke(tmp_path: Path) -> None:
+    """The decode roofline bench runs on a tiny random model: every batch decodes every token,
+    the roofline is above what the CPU reaches, int4 rows are compared with float."""
+    rows = load_script("gpu_decode").main(["--smoke", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "gpu_decode.json").read_text())["rows"] == json.loads(
+        json.dumps(rows, default=str)
+    )
+    assert not [row for row in rows if "error" in row]
+    assert {(row["weights"], row["batch"]) for row in rows} == {
+        (weights, batch) for weights in ("fp16", "int4") for batch in (1, 8, 64)
+    }
+    for row in rows:
+        assert row["decode_steps"] == 5  # 6 new tokens, the first from the prefill step
+        assert 0 < row["tokens_per_s"] < row["roofline_tokens_per_s"]
+        assert row["prepare_ms"] > 0
+        if row["weights"] == "int4":
+            assert row["vs_fp16"] > 0
