@@ -14,6 +14,7 @@ from itertools import pairwise
 
 import torch
 
+from hydrant.engine.block_table import block_rows
 from hydrant.kernels.table import DecodePlan
 
 DecodePlanner = Callable[[list[list[int]], list[int]], DecodePlan]
@@ -65,7 +66,7 @@ def build_metadata(
         if not tables:
             return torch.zeros((0, 1), dtype=torch.int32, device=device)
         width = -(-max(lens) // block_size)
-        return tensor([t[:width] + [0] * (width - min(len(t), width)) for t in tables], torch.int32)
+        return torch.from_numpy(block_rows(tables, width)).to(device)
 
     return AttentionMetadata(
         slot_mapping=tensor(slots, torch.long),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from hydrant.engine.block_table import BlockTable
 from hydrant.engine.sequence import Sequence
 
 
@@ -143,7 +144,7 @@ class BlockManager:
         """The child shares every block of the parent (its table is already a copy)."""
         for block_id in parent.block_table:
             self._ref[block_id] += 1
-        child.block_table = list(parent.block_table)
+        child.block_table = BlockTable(parent.block_table)
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's blocks; cached ones stay reusable, tail blocks evicted first."""
@@ -155,7 +156,7 @@ class BlockManager:
                 self._free_cached[block_id] = None
             else:
                 self._free_empty.append(block_id)
-        seq.block_table = []
+        seq.block_table = BlockTable()
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix (e.g. after the weights changed)."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from hydrant.engine.block_table import BlockTable
 from hydrant.engine.outputs import FinishReason
 from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.sampler import SamplingRow, TokenLogprob, make_generator
@@ -148,7 +149,7 @@ class Sequence:
         self.prompt_token_ids = request.prompt_token_ids
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0
-        self.block_table: list[int] = []
+        self.block_table: list[int] = BlockTable()
         self.block_hashes: list[bytes] = []  # chained hashes of its full blocks, in order
         self.num_committed_blocks = 0  # full blocks already offered to the prefix cache
         self.status = SequenceStatus.WAITING
@@ -219,7 +220,7 @@ class Sequence:
         child = Sequence(self.request, index, generator)
         child.output_token_ids = list(self.output_token_ids)
         child.num_computed_tokens = self.num_computed_tokens
-        child.block_table = list(self.block_table)
+        child.block_table = BlockTable(self.block_table)
         child.block_hashes = list(self.block_hashes)
         child.num_committed_blocks = self.num_committed_blocks
         child.status = self.status
@@ -230,7 +231,7 @@ class Sequence:
     def reset_for_recompute(self) -> None:
         """Preemption by recompute: drop all K/V; prompt and outputs are re-prefilled later."""
         self.num_computed_tokens = 0
-        self.block_table = []
+        self.block_table = BlockTable()
         self.num_committed_blocks = 0
         self.status = SequenceStatus.WAITING
 
