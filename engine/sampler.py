@@ -113,6 +113,10 @@ class Sampler:
             )
         if not rows:
             return SampleResult(token_ids=[], logprobs=[])
+        if logits.dtype == torch.float32 and all(self._as_is(row) for row in rows):
+            plain = self._sample_as_is(logits, rows)
+            if plain is not None:
+                return plain
         processed = self.process(logits, rows)
         greedy_idx = _rows(rows, [r.params.is_greedy for r in rows])
         sampled_idx = _rows(rows, [not r.params.is_greedy for r in rows])
@@ -127,6 +131,48 @@ class Sampler:
         return SampleResult(
             token_ids=token_ids.tolist(), logprobs=self._logprobs(processed, token_ids, rows)
         )
+
+    def _as_is(self, row: SamplingRow) -> bool:
+        """Whether the row draws from the model's logits as they are, temperature aside.
+
+        Most requests ask for nothing else (no bias, penalty, grammar, logprobs,
+        top-k/p or min-p, no pending `min_tokens` mask); for a batch of only such
+        rows the general path's float copy, index gathers and scatters are passes
+        over `[rows, vocab]` that change nothing, and on a GPU a dozen launches a
+        step between graph replays.
+        """
+        params = row.params
+        if (
+            params.logprobs is not None
+            or params.logit_bias
+            or row.guide is not None
+            or params.repetition_penalty != 1.0
+            or params.presence_penalty != 0
+            or params.frequency_penalty != 0
+        ):
+            return False
+        if len(row.output_token_ids) < params.min_tokens and (
+            params.stop_token_ids or (not params.ignore_eos and self.eos_token_ids)
+        ):
+            return False
+        return params.is_greedy or (params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0)
+
+    @staticmethod
+    def _sample_as_is(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> SampleResult | None:
+        """All-greedy or all-sampled batches of `_as_is` rows, with the same arithmetic as
+        the general path (so the same tokens, seeded draws included); None for a mix."""
+        greedy = [row.params.is_greedy for row in rows]
+        none: list[TokenLogprob | None] = [None] * len(rows)
+        if all(greedy):
+            return SampleResult(token_ids=logits.argmax(dim=-1).tolist(), logprobs=none)
+        if any(greedy):
+            return None
+        temperatures = [row.params.temperature for row in rows]
+        if any(t != 1.0 for t in temperatures):
+            scale = torch.tensor(temperatures, device=logits.device)
+            logits = logits / scale.unsqueeze(1)
+        token_ids = sample_from_probs(logits.softmax(dim=-1), [row.generator for row in rows])
+        return SampleResult(token_ids=token_ids.tolist(), logprobs=none)
 
     def process(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
         """The distribution each row's token is drawn from, as logits (a float32 copy).

@@ -7,6 +7,7 @@ parameters per row, so the batched per-row code paths are what is checked.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import cast
 
@@ -378,3 +379,36 @@ def test_top_k_top_p_masked_tokens_are_never_drawn_unseeded(params: SamplingPara
     stat, dof = _chi_square(Counter(tokens), allowed_logits.softmax(dim=-1), draws)
     if dof:
         assert stat < dof + 6 * (2 * dof) ** 0.5, (stat, dof)
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        [SamplingParams(temperature=0.0)] * 3,
+        [SamplingParams(temperature=1.0, seed=11), SamplingParams(temperature=1.0, seed=12)],
+        [SamplingParams(temperature=0.6, seed=5), SamplingParams(temperature=1.3, seed=6)],
+        [SamplingParams(temperature=0.8, seed=3, min_tokens=2, ignore_eos=True)],
+    ],
+)
+def test_rows_drawn_as_is_get_the_general_paths_tokens(batch: list[SamplingParams]) -> None:
+    """Rows asking for nothing but a temperature skip the general path's copies and
+    gathers; a zero logit bias (which changes no logit) sends the same rows through
+    the general path, and every step's tokens, seeded draws included, are the same."""
+    sampler = Sampler(eos_token_ids={EOS})
+    plain = [_row(p) for p in batch]
+    general = [_row(dataclasses.replace(p, logit_bias=((0, 0.0),))) for p in batch]
+    assert all(sampler._as_is(row) for row in plain)
+    assert not any(sampler._as_is(row) for row in general)
+    for step in range(20):
+        step_logits = _logits(len(batch), seed=300 + step, scale=2.0)
+        assert sampler(step_logits, plain).token_ids == sampler(step_logits, general).token_ids
+
+
+def test_a_pending_min_tokens_mask_or_a_filter_takes_the_general_path() -> None:
+    sampler = Sampler(eos_token_ids={EOS})
+    assert not sampler._as_is(_row(SamplingParams(temperature=0.0, min_tokens=3)))
+    assert not sampler._as_is(_row(SamplingParams(temperature=1.0, top_p=0.9)))
+    assert not sampler._as_is(_row(SamplingParams(temperature=1.0, top_k=5)))
+    assert not sampler._as_is(_row(SamplingParams(temperature=1.0, min_p=0.1)))
+    assert not sampler._as_is(_row(SamplingParams(temperature=0.0, logprobs=2)))
+    assert not sampler._as_is(_row(SamplingParams(temperature=0.0, presence_penalty=0.5)))
