@@ -63,7 +63,7 @@ def _pack_along(codes: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
         shape = list(codes.shape)
         shape[dim] = pad
         codes = torch.cat([codes, codes.new_zeros(shape)], dim=dim)
-    return pack_int32(codes, bits, dim=dim)
+    return pack_int32(codes, bits, dim=dim).contiguous()  # packed along N: a moved view
 
 
 def integer_zero_points(zeros: torch.Tensor, name: str) -> torch.Tensor:

@@ -33,12 +33,12 @@ NEW_TOKENS = 12
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """gqa: hidden 128, so int4's groups of 128 divide every linear; qwen2: biases, tied head;
-    llama: hidden 64, so int4 leaves all but down_proj in float."""
+    """wide: hidden 256, two int4 groups of 128 in every row; gqa: GQA 4:1; qwen2: biases,
+    tied head; llama: hidden 64, so int4 leaves all but down_proj in float."""
     root = tmp_path_factory.mktemp("float")
     return {
         family: build_tiny_model(root / family, family, seed=5)
-        for family in ("gqa", "qwen2", "llama")
+        for family in ("wide", "gqa", "qwen2", "llama")
     }
 
 
@@ -99,7 +99,7 @@ def library_weights(ct: Path) -> tuple[QuantizationConfig, dict[str, torch.Tenso
     return config, weights
 
 
-@pytest.mark.parametrize(("family", "mode"), [("gqa", "int4"), ("qwen2", "int8"), ("gqa", "int8")])
+@pytest.mark.parametrize(("family", "mode"), [("wide", "int4"), ("qwen2", "int8"), ("gqa", "int8")])
 def test_the_library_decompresses_hydrants_weights_per_module(
     models: dict[str, Path], tmp_path: Path, family: str, mode: str
 ) -> None:
@@ -205,7 +205,7 @@ def test_transformers_loads_int8_and_generates_as_from_the_dense_weights(
     "vLLM and the library's decompressor read it (above)",
 )
 def test_transformers_loads_int4(models: dict[str, Path], tmp_path: Path) -> None:
-    _, ct = write_both(models["gqa"], tmp_path, "int4")
+    _, ct = write_both(models["wide"], tmp_path, "int4")
     load_hf_model(ct)
 
 

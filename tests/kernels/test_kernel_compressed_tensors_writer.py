@@ -46,6 +46,7 @@ def test_the_library_decompresses_hydrants_weight_exactly(
 ) -> None:
     module = quantized(mode, dtype)
     tensors = pack_quantized_tensors(module)
+    assert all(t.is_contiguous() for t in tensors.values())  # safetensors writes no views
     restored = PackedQuantizationCompressor.decompress(tensors, scheme_of(mode))["weight"]
     assert restored.dtype == dtype
     # (q - z) is a small integer, so the product in the model's dtype is Hydrant's, rounded once
