@@ -77,9 +77,11 @@ def compressed_tensors_state(
         module_name, _, leaf = key.rpartition(".")
         if module_name in quantized:
             continue
-        for hf_name, rows in _hf_parts(module_name, tensor.shape[0], parts):
-            # a clone: safetensors refuses tensors that share storage (the parts of a fused one)
-            state[f"{hf_name}.{leaf}"] = tensor[rows].contiguous().clone()
+        rows_of = tensor.shape[0] if tensor.dim() else 0
+        for hf_name, rows in _hf_parts(module_name, rows_of, parts):
+            # a part of a fused tensor is cloned: safetensors refuses tensors sharing storage
+            whole = rows == slice(None)
+            state[f"{hf_name}.{leaf}"] = tensor.contiguous() if whole else tensor[rows].clone()
     if "lm_head" not in ignore:  # llm-compressor always lists it; harmless when tied
         ignore.insert(0, "lm_head")
     return state, ignore

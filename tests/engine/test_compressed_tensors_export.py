@@ -4,7 +4,9 @@ The reference for every number is Hydrant's own quantized checkpoint of the
 same float model (the default format), read back by the engine: the
 compressed-tensors copy must hold exactly its weights, per Hugging Face
 module, as compressed-tensors' own decompressor sees them; transformers must
-load it and generate what it generates from those weights written dense.
+load it (int8; int4 see the xfail) and generate what Hydrant's engine
+generates from its own checkpoint, and what transformers generates from the
+same weights written dense.
 """
 
 from __future__ import annotations
@@ -18,17 +20,33 @@ from click.testing import CliRunner
 from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
 from compressed_tensors.quantization import QuantizationConfig
 from safetensors.torch import load_file, save_file
-from tiny_models import build_tiny_model, hf_greedy, load_hf_model, random_prompts
+from tiny_models import (
+    EngineTracker,
+    build_tiny_model,
+    hf_greedy,
+    load_hf_model,
+    random_prompts,
+    run_to_completion,
+)
 
 from hydrant.cli.main import cli
+from hydrant.engine.compressed_tensors_export import compressed_tensors_state
 from hydrant.engine.config import ModelConfig
-from hydrant.engine.loader import unfused_parts
+from hydrant.engine.errors import ModelLoadError
+from hydrant.engine.loader import load_model, unfused_parts
 from hydrant.engine.quantized_weights import load_quantized_model
-from hydrant.kernels.quantization import QuantizedLinear, read_quantization_manifest
+from hydrant.engine.sampling_params import SamplingParams
+from hydrant.engine.sequence import Request
+from hydrant.kernels.quantization import (
+    QuantizedLinear,
+    quantize_model,
+    read_quantization_manifest,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 NEW_TOKENS = 12
+GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
@@ -179,16 +197,25 @@ def dense_copy(src: Path, weights: dict[str, torch.Tensor], out: Path) -> Path:
 
 
 @pytest.mark.parametrize("family", ["qwen2", "gqa"])
-def test_transformers_loads_int8_and_generates_as_from_the_dense_weights(
-    models: dict[str, Path], tmp_path: Path, family: str
+def test_transformers_loads_int8_and_generates_as_hydrant_does(
+    models: dict[str, Path], tmp_path: Path, family: str, engines: EngineTracker
 ) -> None:
     src = models[family]
     own, ct = write_both(src, tmp_path, "int8")
     compressed = load_hf_model(ct)
     dense = load_hf_model(dense_copy(src, hydrant_weights(own), tmp_path / "dense"))
+    engine = engines.make(own)  # Hydrant's engine on its own checkpoint of the same codes
     prompts = random_prompts(4, 4, 20, seed=7)
-    for prompt in prompts:
-        assert hf_greedy(compressed, prompt, NEW_TOKENS) == hf_greedy(dense, prompt, NEW_TOKENS)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(Request(str(i), prompt, GREEDY))
+    finals = run_to_completion(engine)
+    with torch.inference_mode():  # the same weights through the same code: the same logits
+        batch = torch.tensor(prompts[0])[None]
+        assert torch.equal(compressed(batch).logits, dense(batch).logits)
+    for i, prompt in enumerate(prompts):
+        tokens = hf_greedy(compressed, prompt, NEW_TOKENS)
+        assert tokens == hf_greedy(dense, prompt, NEW_TOKENS)
+        assert tokens == list(finals[str(i)].outputs[0].token_ids)
     # decompressed on the first forward (compressed-tensors' hook): the weights are Hydrant's
     expected = hydrant_weights(own)
     for name, module in compressed.named_modules():
@@ -201,8 +228,8 @@ def test_transformers_loads_int8_and_generates_as_from_the_dense_weights(
     strict=True,
     reason="transformers 5.25 with compressed-tensors 0.20.1 sizes an asymmetric pack-quantized "
     "layer's weight_zero_point unpacked ([N, G], not [N / 8, G]) when it builds the model on "
-    "meta, so it refuses any int4-asymmetric checkpoint, llm-compressor's own included; "
-    "vLLM and the library's decompressor read it (above)",
+    "meta, so it refuses any int4-asymmetric checkpoint, llm-compressor's own included "
+    "(the library's own decompressor reads ours exactly: tests above)",
 )
 def test_transformers_loads_int4(models: dict[str, Path], tmp_path: Path) -> None:
     _, ct = write_both(models["wide"], tmp_path, "int4")
@@ -230,3 +257,18 @@ def test_refuses_an_already_quantized_source(
     assert code == 2, out + err
     assert "already a quantized checkpoint" in err and "Traceback" not in out + err
     assert not (tmp_path / "twice").exists()
+
+
+def test_refuses_a_model_quantized_with_input_scales(models: dict[str, Path]) -> None:
+    """Activation-aware scales (what `calibration.calibrate` returns) have no place in the
+    format: the export names the layer instead of writing a different model."""
+    src = models["gqa"]
+    config = ModelConfig.from_pretrained(src)
+    model = load_model(src, config, "cpu", torch.float32, 16, show_progress=False)
+    name = "model.layers.1.mlp.gate_up_proj"
+    scales = {name: torch.linspace(0.5, 2.0, config.hidden_size)}
+    quantize_model(model, "int4", activation_scales=scales)
+    with pytest.raises(
+        ModelLoadError, match=r"model\.layers\.1\.mlp\.gate_proj: .*activation-aware"
+    ):
+        compressed_tensors_state(model)
