@@ -63,10 +63,11 @@ def models_list(cli: CliContext) -> None:
 def models_quantize(src: Path, dst: Path, mode: str, checkpoint_format: str) -> None:
     """Write a weight-only quantized copy of SRC to DST (loads without re-quantizing).
 
-    Serve DST like any checkpoint: the engine sees its manifest and loads the
-    stored codes. The output head and embeddings stay in float. With
-    `--format compressed-tensors` DST is what llm-compressor writes (int8:
-    per-channel symmetric; int4: groups of 128, asymmetric), the same codes.
+    The output head and embeddings stay in float. In the default format, serve
+    DST like any checkpoint: the engine sees its manifest and loads the stored
+    codes. With `--format compressed-tensors` DST holds the same codes the way
+    llm-compressor writes them for vLLM and transformers (int8: per-channel
+    symmetric; int4: groups of 128, asymmetric).
     """
     from hydrant.engine.quantized_weights import quantize_checkpoint
 
