@@ -148,6 +148,19 @@ def load_model(
     return model.eval()
 
 
+def unfused_parts(config: ModelConfig) -> dict[str, list[tuple[str, int]]]:
+    """Each fused parameter's checkpoint projections and their rows, in row order.
+
+    The inverse of loading: `{"qkv_proj": [("q_proj", q), ("k_proj", kv), ("v_proj", kv)],
+    "gate_up_proj": [...]}`, for writers that give other tools the Hugging Face names back.
+    """
+    rows = _part_rows(config)
+    parts: dict[str, list[tuple[str, int]]] = {}
+    for proj, (fused, index) in sorted(_FUSED.items(), key=lambda item: item[1]):
+        parts.setdefault(fused, []).append((proj, rows[fused][index]))
+    return parts
+
+
 def _part_rows(config: ModelConfig) -> dict[str, list[int]]:
     """Rows of each part inside a fused parameter, in part order (dim 0 is the output)."""
     q = config.num_attention_heads * config.head_dim

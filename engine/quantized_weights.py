@@ -11,19 +11,23 @@ Two ways in, one result (a model whose linears are `QuantizedLinear`):
   never pays for quantization and every replica serves identical weights.
 
 The checkpoint keeps the engine's own parameter names (fused `qkv_proj`,
-`gate_up_proj`), since the quantized codes of a fused matrix cannot be split
-back into the Hugging Face parts.
+`gate_up_proj`), so it loads as is. `quantize_checkpoint` can instead write
+the same codes as a compressed-tensors checkpoint in the Hugging Face layout,
+for vLLM and transformers (`hydrant.engine.compressed_tensors_export`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import torch
 
+from hydrant.engine.compressed_tensors_export import save_compressed_tensors
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.errors import ModelLoadError
@@ -44,6 +48,10 @@ from hydrant.kernels.reference_backend import REFERENCE
 from hydrant.kernels.table import KernelBackend
 
 logger = logging.getLogger(__name__)
+
+# What `hydrant models quantize --format` writes: the engine's own layout, or compressed-tensors.
+CheckpointFormat = Literal["hydrant", "compressed-tensors"]
+CHECKPOINT_FORMATS: tuple[CheckpointFormat, ...] = ("hydrant", "compressed-tensors")
 
 # Files of a float checkpoint that a quantized copy must not carry over.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -124,16 +132,26 @@ def quantize_checkpoint(
     dst: Path,
     mode: QuantizationMode,
     progress: Callable[[str], None] = lambda _: None,
+    checkpoint_format: CheckpointFormat = "hydrant",
 ) -> QuantizationReport:
     """Write a quantized copy of the float checkpoint `src` to `dst` (offline, on CPU).
 
     Weights are loaded in the checkpoint's own dtype so the scales are rounded
     to the dtype they are stored in; every non-weight file (config, tokenizer,
     generation config, chat template) is copied so `dst` serves on its own.
+    `checkpoint_format` "hydrant" writes the engine's own layout (loads without
+    re-quantizing); "compressed-tensors" writes the same codes as a Hugging Face
+    `pack-quantized` checkpoint for vLLM and transformers
+    (`hydrant.engine.compressed_tensors_export`). Both quantize `src` by
+    round-to-nearest, whose int4 zero points are integers: the conversion is exact.
     """
     src, dst = Path(src), Path(dst)
     if read_quantization_manifest(src) is not None:
         raise ModelLoadError(f"{src} is already a quantized checkpoint")
+    if _has_quantization_config(src):
+        raise ModelLoadError(
+            f"{src} is already a quantized checkpoint (its config.json has a quantization_config)"
+        )
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ModelLoadError(f"{dst} exists and is not an empty directory")
     model_config = read_model_config(src)
@@ -144,9 +162,31 @@ def quantize_checkpoint(
     report = quantize_model(model, mode)
     if not report.quantized:
         raise ModelLoadError(f"no linear layer of {src} can be quantized to {mode}")
-    progress(f"writing {dst}")
-    save_quantized(model, dst)
+    if checkpoint_format == "compressed-tensors":
+        progress(f"writing {dst} (compressed-tensors pack-quantized, Hugging Face names)")
+        dst.mkdir(parents=True, exist_ok=True)
+        _copy_side_files(src, dst)
+        save_compressed_tensors(model, report, dst)
+    else:
+        progress(f"writing {dst}")
+        save_quantized(model, dst)
+        _copy_side_files(src, dst)
+    return report
+
+
+def _copy_side_files(src: Path, dst: Path) -> None:
+    """Every non-weight file (config, tokenizer, chat template), so `dst` serves on its own."""
     for path in sorted(src.iterdir()):
         if path.is_file() and path.name != INDEX_FILE and path.suffix not in _WEIGHT_SUFFIXES:
             shutil.copy2(path, dst / path.name)
-    return report
+
+
+def _has_quantization_config(src: Path) -> bool:
+    """A hub checkpoint that is already quantized (AWQ, GPTQ, compressed-tensors) says so here."""
+    config = src / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        return "quantization_config" in json.loads(config.read_text(encoding="utf-8"))
+    except (ValueError, TypeError):
+        return False  # read_model_config reports a broken config.json

@@ -51,17 +51,33 @@ def models_list(cli: CliContext) -> None:
 @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("dst", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--mode", type=click.Choice(["int8", "int4"]), required=True)
-def models_quantize(src: Path, dst: Path, mode: str) -> None:
+@click.option(
+    "--format",
+    "checkpoint_format",
+    type=click.Choice(["hydrant", "compressed-tensors"]),
+    default="hydrant",
+    show_default=True,
+    help="hydrant: the engine's own layout; compressed-tensors: pack-quantized with the "
+    "Hugging Face names, for vLLM and transformers.",
+)
+def models_quantize(src: Path, dst: Path, mode: str, checkpoint_format: str) -> None:
     """Write a weight-only quantized copy of SRC to DST (loads without re-quantizing).
 
-    Serve DST like any checkpoint: the engine sees its manifest and loads the
-    stored codes. The output head and embeddings stay in float.
+    The output head and embeddings stay in float. In the default format, serve
+    DST like any checkpoint: the engine sees its manifest and loads the stored
+    codes. With `--format compressed-tensors` DST holds the same codes the way
+    llm-compressor writes them for vLLM and transformers (int8: per-channel
+    symmetric; int4: groups of 128, asymmetric).
     """
     from hydrant.engine.quantized_weights import quantize_checkpoint
 
     # A ModelLoadError (not a checkpoint, an architecture not served) is a usage error (cli).
     report = quantize_checkpoint(
-        src, dst, "int4" if mode == "int4" else "int8", lambda step: click.echo(step, err=True)
+        src,
+        dst,
+        "int4" if mode == "int4" else "int8",
+        lambda step: click.echo(step, err=True),
+        "compressed-tensors" if checkpoint_format == "compressed-tensors" else "hydrant",
     )
     click.echo(
         f"quantized {len(report.quantized)} linear layers to {report.mode} "

@@ -34,7 +34,7 @@ from hydrant.engine.sequence import Request, RequestTimes, Sequence
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
-Family = Literal["llama", "gqa", "llama3", "qwen2", "qwen3", "mistral"]
+Family = Literal["llama", "gqa", "llama3", "qwen2", "qwen3", "mistral", "wide"]
 FAMILIES: tuple[Family, ...] = ("llama", "gqa", "llama3", "qwen2", "qwen3", "mistral")
 VOCAB_SIZE = 2048  # the demo tokenizer's size
 MAX_POSITIONS = 256
@@ -82,6 +82,10 @@ def hf_config(family: Family) -> PretrainedConfig:
     if family == "qwen3":  # head_dim set apart from hidden / heads, as Qwen3's own configs do
         return Qwen3Config(
             **{**_COMMON, "num_key_value_heads": 2, "head_dim": 32}, tie_word_embeddings=True
+        )
+    if family == "wide":  # head_dim 64 (vLLM's CPU attention needs >= 32), two int4 groups a row
+        return LlamaConfig(
+            **{**_COMMON, "hidden_size": 256, "intermediate_size": 256, "num_key_value_heads": 2}
         )
     if family == "mistral":
         return MistralConfig(**{**_COMMON, "num_key_value_heads": 2}, sliding_window=4096)
