@@ -88,7 +88,7 @@ def parse_hub_quantization(section: Mapping[str, Any]) -> HubQuantization:
     if method == "compressed-tensors":
         return _compressed_tensors(section)
     raise ModelLoadError(
-        f"quantization_config.quant_method {method!r} is not supported "
+        f"quantization_config.quant_method = {method!r} is not supported "
         f"(Hydrant loads {', '.join(HUB_METHODS)})"
     )
 
