@@ -7,6 +7,9 @@ module turns that into one typed `HubQuantization`, or refuses it with a
 tensor is read: a variant the repacking does not understand (act-order rows,
 Marlin or exllama packing, activation quantization) would otherwise load as
 plausible-looking but wrong weights.
+
+No torch here: the control plane reads it too, to say in `hydrant models
+list` and readiness what a checkpoint is, or why it cannot be served.
 """
 
 from __future__ import annotations
@@ -19,11 +22,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hydrant.engine.errors import ModelLoadError
-from hydrant.kernels.quantization.hub_gptq import V1_ZERO_OFFSET, V2_ZERO_OFFSET
-from hydrant.kernels.quantization.linear import QuantMode
 
 HubMethod = Literal["awq", "gptq", "compressed-tensors"]
 HUB_METHODS: tuple[HubMethod, ...] = ("awq", "gptq", "compressed-tensors")
+GPTQ_FORMATS = ("gptq", "gptq_v2")  # v1 stores zero points minus one, v2 as they are
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,8 @@ class HubQuantization:
 
     `group_size` -1 is per output channel (one group of K); `not_converted`
     lists the modules the checkpoint keeps in float (names, or `re:` patterns
-    for compressed-tensors' `ignore`); `zero_offset` is what GPTQ adds to its
-    stored zero points.
+    for compressed-tensors' `ignore`); `checkpoint_format` is GPTQ's packing
+    (`gptq` or `gptq_v2`), empty for the other methods.
     """
 
     method: HubMethod
@@ -41,10 +43,10 @@ class HubQuantization:
     group_size: int
     symmetric: bool
     not_converted: tuple[str, ...] = ()
-    zero_offset: int = 0
+    checkpoint_format: str = ""
 
     @property
-    def mode(self) -> QuantMode:
+    def mode(self) -> Literal["int8", "int4"]:
         return "int8" if self.bits == 8 else "int4"
 
     def describe(self) -> str:
@@ -146,8 +148,7 @@ def _gptq(section: Mapping[str, Any]) -> HubQuantization:
     packing = section.get("checkpoint_format", section.get("format", "gptq"))
     if section.get("is_marlin_format"):
         packing = "marlin"
-    offsets = {"gptq": V1_ZERO_OFFSET, "gptq_v2": V2_ZERO_OFFSET}
-    if packing not in offsets:
+    if packing not in GPTQ_FORMATS:
         raise _refuse("gptq", "checkpoint_format", packing, "gptq or gptq_v2 packing")
     if section.get("dynamic"):
         raise _refuse("gptq", "dynamic", section.get("dynamic"), "one setting for every module")
@@ -157,7 +158,7 @@ def _gptq(section: Mapping[str, Any]) -> HubQuantization:
         group_size=_group_size("gptq", section),
         symmetric=bool(section.get("sym", True)),
         not_converted=_not_converted(section.get("modules_to_not_convert")),
-        zero_offset=offsets[packing],
+        checkpoint_format=str(packing),
     )
 
 

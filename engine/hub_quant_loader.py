@@ -32,7 +32,12 @@ from hydrant.kernels.quantization.hub_compressed_tensors import (
     PACKED_TENSORS,
     repack_pack_quantized,
 )
-from hydrant.kernels.quantization.hub_gptq import GPTQ_TENSORS, repack_gptq
+from hydrant.kernels.quantization.hub_gptq import (
+    GPTQ_TENSORS,
+    V1_ZERO_OFFSET,
+    V2_ZERO_OFFSET,
+    repack_gptq,
+)
 from hydrant.kernels.quantization.hub_repack import RepackedWeight, fuse_rows, quantized_linear
 from hydrant.kernels.reference_backend import REFERENCE
 from hydrant.kernels.table import KernelBackend
@@ -183,7 +188,7 @@ def _repack(hub: HubQuantization, raw: Mapping[str, torch.Tensor], module: str) 
                 tensor("scales"),
                 raw.get(f"{module}.g_idx"),
                 hub.group_size,
-                hub.zero_offset,
+                V2_ZERO_OFFSET if hub.checkpoint_format == "gptq_v2" else V1_ZERO_OFFSET,
             )
         zero_point = raw.get(f"{module}.weight_zero_point")
         if hub.symmetric != (zero_point is None):

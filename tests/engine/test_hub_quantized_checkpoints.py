@@ -31,6 +31,7 @@ from hub_checkpoints import (
 from safetensors.torch import load_file, save_file
 from tiny_models import (
     EngineTracker,
+    Family,
     build_tiny_model,
     hf_greedy,
     load_hf_model,
@@ -90,12 +91,15 @@ def make_gptq(group: int, symmetric: bool, v2: bool) -> Callable[..., Any]:
     return lambda n, k, gen: gptq_tensors(n, k, group, symmetric, v2, gen)
 
 
+@pytest.mark.parametrize("family", ["gqa", "qwen2"])
 def test_awq_checkpoint_loads_exactly_and_follows_the_dense_model(
-    float_dir: Path, tmp_path: Path, engines: EngineTracker
+    float_dir: Path, tmp_path: Path, engines: EngineTracker, family: Family
 ) -> None:
+    # qwen2: q/k/v biases (float, fused beside the codes) and a tied head
+    source = float_dir if family == "gqa" else build_tiny_model(tmp_path / family, family, seed=3)
     # one projection listed in modules_to_not_convert stays float, as AutoAWQ writes it
     pair = write_pair(
-        float_dir, tmp_path, awq_config(32, [KEEP_FLOAT]), make_awq(32), keep_float=(KEEP_FLOAT,)
+        source, tmp_path, awq_config(32, [KEEP_FLOAT]), make_awq(32), keep_float=(KEEP_FLOAT,)
     )
     engine = engines.make(pair.quantized)
     check_weights(engine, pair, keep_float=(KEEP_FLOAT,))
