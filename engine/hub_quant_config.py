@@ -60,7 +60,7 @@ class HubQuantization:
             if entry.startswith("re:"):
                 if re.match(entry[3:], module):
                     return True
-            elif module == entry or module.endswith("." + entry) or entry.endswith("." + module):
+            elif module == entry or module.endswith("." + entry):
                 return True
         return False
 

@@ -190,12 +190,8 @@ def _repack(hub: HubQuantization, raw: Mapping[str, torch.Tensor], module: str) 
                 hub.group_size,
                 V2_ZERO_OFFSET if hub.checkpoint_format == "gptq_v2" else V1_ZERO_OFFSET,
             )
-        zero_point = raw.get(f"{module}.weight_zero_point")
-        if hub.symmetric != (zero_point is None):
-            raise ModelLoadError(
-                f"{module}: quantization_config says symmetric={hub.symmetric}, but the "
-                f"checkpoint {'lacks' if zero_point is None else 'has'} a weight_zero_point"
-            )
+        # a symmetric scheme's zero points are 0 (older library versions still stored them)
+        zero_point = None if hub.symmetric else tensor("weight_zero_point")
         return repack_pack_quantized(
             tensor("weight_packed"),
             tensor("weight_scale"),
