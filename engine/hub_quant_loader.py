@@ -95,16 +95,16 @@ def load_hub_model(
     with timed_phase("repack"):
         for name, parts in plan.items():
             weight = fuse_rows([_repack(hub, raw, part) for part in parts])
+            for key in [key for key in raw if key.rpartition(".")[0] in parts]:
+                del raw[key]  # the packed copy goes as soon as its repacked one exists
             current = model.get_submodule(name)
-            if not isinstance(current, nn.Linear) or (
-                current.in_features,
-                current.out_features,
-            ) != (weight.in_features, weight.out_features):
+            if not isinstance(current, nn.Linear):
+                raise ModelLoadError(f"{name} is a {type(current).__name__}, not a linear")
+            shape = (weight.in_features, weight.out_features)
+            if shape != (current.in_features, current.out_features):
                 raise MissingWeightError(
-                    f"{name}: the checkpoint's quantized weight is "
-                    f"{weight.in_features}->{weight.out_features}, the config implies "
-                    f"{getattr(current, 'in_features', '?')}->"
-                    f"{getattr(current, 'out_features', '?')}"
+                    f"{name}: the checkpoint's quantized weight is {shape[0]}->{shape[1]}, "
+                    f"the config implies {current.in_features}->{current.out_features}"
                 )
             module = quantized_linear(weight, state.pop(f"{name}.bias", None), dtype)
             parent, _, child = name.rpartition(".")
