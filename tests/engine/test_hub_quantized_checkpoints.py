@@ -39,6 +39,7 @@ from tiny_models import (
 )
 from torch import nn
 
+from hydrant.engine.capacity_shapes import ModelShape
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.errors import ModelLoadError
 from hydrant.engine.hub_quant_config import parse_hub_quantization
@@ -213,3 +214,24 @@ def test_a_partly_quantized_fused_module_is_refused(float_dir: Path, tmp_path: P
         LLMEngine.from_pretrained(pair.quantized, settings)
     config = json.loads((pair.quantized / "config.json").read_text("utf-8"))
     assert config["quantization_config"]["quant_method"] == "awq"
+
+
+def test_capacity_sizes_a_hub_checkpoints_weights_as_quantized() -> None:
+    config = {
+        "num_attention_heads": 32,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
+        "torch_dtype": "float16",
+    }
+    assert ModelShape.from_config(config).default_dtype == "float16"
+    assert (
+        ModelShape.from_config({**config, "quantization_config": awq_config(128)}).default_dtype
+        == "int4"
+    )
+    refused = {**gptq_config(128, True), "desc_act": True}
+    assert (
+        ModelShape.from_config({**config, "quantization_config": refused}).default_dtype
+        == "float16"
+    )
