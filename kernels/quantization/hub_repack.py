@@ -62,7 +62,8 @@ class RepackedWeight:
 def channel_group_size(in_features: int) -> int:
     """The group a per-channel int4 scale is spread over: the largest power of 2 dividing K,
     at most `CHANNEL_GROUP_CAP` (repeating one scale per group is exact, and keeps the
-    Triton kernels' power-of-2 groups); K itself when K is odd-sized beyond that."""
+    Triton kernels' power-of-2 groups); K itself when K is odd, which int4 then refuses
+    (two columns share a byte)."""
     group = CHANNEL_GROUP_CAP
     while group > 2 and in_features % group:
         group //= 2
