@@ -97,7 +97,10 @@ def load_hub_model(
             weight = fuse_rows([_repack(hub, raw, part) for part in parts])
             for key in [key for key in raw if key.rpartition(".")[0] in parts]:
                 del raw[key]  # the packed copy goes as soon as its repacked one exists
-            current = model.get_submodule(name)
+            try:
+                current = model.get_submodule(name)
+            except AttributeError as exc:
+                raise ModelLoadError(f"the quantized {parts} have no {name} in the model") from exc
             if not isinstance(current, nn.Linear):
                 raise ModelLoadError(f"{name} is a {type(current).__name__}, not a linear")
             shape = (weight.in_features, weight.out_features)
