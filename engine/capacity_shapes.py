@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from hydrant.engine.architectures import EMBEDDING_ARCHITECTURES
+from hydrant.engine.errors import ModelLoadError
+from hydrant.engine.hub_quant_config import parse_hub_quantization
 
 
 class CapacityInputError(ValueError):
@@ -88,7 +90,12 @@ class ModelShape:
             heads = int(config["num_attention_heads"])
             hidden = int(config["hidden_size"])
             head_dim = config.get("head_dim") or hidden // heads
-            dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+            dtype = (
+                _hub_weight_dtype(config)
+                or config.get("torch_dtype")
+                or config.get("dtype")
+                or "bfloat16"
+            )
             return cls(
                 name=name or str(config.get("model_type", "model")),
                 num_layers=int(config["num_hidden_layers"]),
@@ -127,6 +134,18 @@ NAMED_SHAPES: dict[str, ModelShape] = {
                    max_position_embeddings=32768),
     )
 }  # fmt: skip
+
+
+def _hub_weight_dtype(config: Mapping[str, Any]) -> str | None:
+    """`int4` / `int8` for an AWQ, GPTQ or compressed-tensors checkpoint the engine loads:
+    its projections stay quantized in memory, so they are sized so."""
+    section = config.get("quantization_config")
+    if section is None:
+        return None
+    try:
+        return parse_hub_quantization(section).mode
+    except ModelLoadError:
+        return None  # the engine refuses it; the float estimate stands
 
 
 def resolve_shape(model: str | Path) -> ModelShape:

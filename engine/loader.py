@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -141,7 +142,7 @@ def load_model(
         model = LlamaForCausalLM(config, ops)
     expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
     with timed_phase("read_weights"):
-        state = _read_state(model_dir, config, device, dtype, expected, show_progress)
+        state = read_state(model_dir, config, device, dtype, expected, show_progress)
     with timed_phase("assign"):
         model.load_state_dict(state, assign=True, strict=True)
         model.init_rope(max_position)
@@ -171,18 +172,23 @@ def _part_rows(config: ModelConfig) -> dict[str, list[int]]:
     }
 
 
-def _read_state(
+def read_state(
     model_dir: Path,
     config: ModelConfig,
     device: torch.device | str,
     dtype: torch.dtype,
     expected: dict[str, tuple[int, ...]],
     show_progress: bool,
+    raw: Callable[[str], bool] | None = None,
+    raw_state: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Every parameter of the model, read shard by shard straight into its final tensor.
 
     A fused parameter is allocated whole when its first part arrives and each
     part is read into its own rows, so q/k/v and gate/up are never concatenated.
+    Tensors whose checkpoint name `raw` accepts (a hub checkpoint's packed codes,
+    which need repacking) go to `raw_state` under that name, in their stored
+    dtype, on `device`.
     """
     state: dict[str, torch.Tensor] = {}
     parts_seen: dict[str, set[int]] = {}
@@ -202,6 +208,10 @@ def _read_state(
         with SafetensorsFile(path) as reader:
             for entry in reader.entries:
                 bar.update(entry.nbytes)
+                if raw is not None and raw_state is not None and raw(entry.name):
+                    raw_state[entry.name] = reader.read(entry).to(device)
+                    count += 1
+                    continue
                 target = _target_name(entry.name, config)
                 if target is None:
                     continue

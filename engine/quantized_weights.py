@@ -8,7 +8,10 @@ Two ways in, one result (a model whose linears are `QuantizedLinear`):
 - a directory written by `hydrant models quantize` (it holds a Hydrant
   quantization manifest): the model is built with empty `QuantizedLinear`
   modules and the stored codes are loaded as they are, so a server start
-  never pays for quantization and every replica serves identical weights.
+  never pays for quantization and every replica serves identical weights;
+- a hub checkpoint whose `config.json` declares an AWQ, GPTQ or
+  compressed-tensors `quantization_config`: its codes are repacked once into
+  the same layouts (`engine/hub_quant_loader.py`).
 
 The checkpoint keeps the engine's own parameter names (fused `qkv_proj`,
 `gate_up_proj`), so it loads as is. `quantize_checkpoint` can instead write
@@ -18,7 +21,6 @@ for vLLM and transformers (`hydrant.engine.compressed_tensors_export`).
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from collections.abc import Callable
@@ -31,6 +33,8 @@ from hydrant.engine.compressed_tensors_export import save_compressed_tensors
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.errors import ModelLoadError
+from hydrant.engine.hub_quant_config import read_hub_quantization
+from hydrant.engine.hub_quant_loader import load_hub_model
 from hydrant.engine.loader import INDEX_FILE, load_model, read_model_config
 from hydrant.engine.model import LlamaForCausalLM
 from hydrant.kernels.errors import KernelArgumentError
@@ -66,6 +70,16 @@ def load_engine_model(
     ops: KernelBackend = REFERENCE,
 ) -> LlamaForCausalLM:
     """The model the engine runs: float, quantized on load, or read already quantized."""
+    hub = read_hub_quantization(model_dir)
+    if hub is not None:
+        if config.quantization not in (None, hub.mode):
+            raise EngineConfigError(
+                f"{model_dir} is a {hub.describe()} checkpoint; it cannot be served as "
+                f"quantization={config.quantization!r}"
+            )
+        return load_hub_model(
+            model_dir, model_config, hub, config.device, dtype, max_model_len, ops=ops
+        )
     manifest = read_quantization_manifest(model_dir)
     if manifest is not None:
         if config.quantization not in (None, manifest.mode):
@@ -146,12 +160,10 @@ def quantize_checkpoint(
     round-to-nearest, whose int4 zero points are integers: the conversion is exact.
     """
     src, dst = Path(src), Path(dst)
-    if read_quantization_manifest(src) is not None:
-        raise ModelLoadError(f"{src} is already a quantized checkpoint")
-    if _has_quantization_config(src):
-        raise ModelLoadError(
-            f"{src} is already a quantized checkpoint (its config.json has a quantization_config)"
-        )
+    hub = read_hub_quantization(src)
+    if read_quantization_manifest(src) is not None or hub is not None:
+        already = f" ({hub.describe()})" if hub is not None else ""
+        raise ModelLoadError(f"{src} is already a quantized checkpoint{already}")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ModelLoadError(f"{dst} exists and is not an empty directory")
     model_config = read_model_config(src)
@@ -179,14 +191,3 @@ def _copy_side_files(src: Path, dst: Path) -> None:
     for path in sorted(src.iterdir()):
         if path.is_file() and path.name != INDEX_FILE and path.suffix not in _WEIGHT_SUFFIXES:
             shutil.copy2(path, dst / path.name)
-
-
-def _has_quantization_config(src: Path) -> bool:
-    """A hub checkpoint that is already quantized (AWQ, GPTQ, compressed-tensors) says so here."""
-    config = src / "config.json"
-    if not config.is_file():
-        return False
-    try:
-        return "quantization_config" in json.loads(config.read_text(encoding="utf-8"))
-    except (ValueError, TypeError):
-        return False  # read_model_config reports a broken config.json

@@ -27,7 +27,8 @@ def models_list(cli: CliContext) -> None:
 
     The last column is the pool's kind: `hydrant` (Hydrant's engines) or, for a model in
     HYDRANT_POOL_BACKENDS, the upstream kind and its servers (its directory then needs
-    only the tokenizer: the gateway counts tokens, the upstream runs the weights).
+    only the tokenizer: the gateway counts tokens, the upstream runs the weights). A hub
+    quantized checkpoint's format follows its architecture, e.g. `(gptq int4 g128)`.
     """
     from hydrant.platform.models.checkpoints import inspect_checkpoint
 
@@ -44,6 +45,8 @@ def models_list(cli: CliContext) -> None:
             state = "ok" if info.loadable else "NOT SERVABLE: " + "; ".join(info.problems)
             served_by = "hydrant"
         architecture = info.architecture or "-"
+        if info.quantization is not None:
+            architecture += f" ({info.quantization})"
         click.echo(f"{spec.name}\t{spec.path}\t{architecture}\t{state}\t{served_by}")
 
 

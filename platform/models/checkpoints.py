@@ -2,7 +2,8 @@
 
 Readiness and `hydrant models` need to know whether a configured directory
 can be served before any engine touches it: the architecture is one we run,
-the weights and tokenizer files are there, the shard index is complete.
+the weights and tokenizer files are there, the shard index is complete, and
+a hub quantization (AWQ, GPTQ, compressed-tensors) is one the engine loads.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydrant.engine.architectures import EMBEDDING_ARCHITECTURES, SUPPORTED_ARCHITECTURES
+from hydrant.engine.errors import ModelLoadError
+from hydrant.engine.hub_quant_config import parse_hub_quantization
 
 # bare decoders (no LM head) too: embedding models, served for /v1/embeddings only
 SERVABLE_ARCHITECTURES = SUPPORTED_ARCHITECTURES | set(EMBEDDING_ARCHITECTURES)
@@ -25,6 +28,7 @@ class CheckpointInfo:
     architecture: str | None
     max_model_len: int | None
     problems: tuple[str, ...]
+    quantization: str | None = None  # a hub checkpoint's, e.g. "awq int4 g128"
 
     @property
     def loadable(self) -> bool:
@@ -57,10 +61,16 @@ def inspect_checkpoint(path: Path) -> CheckpointInfo:
             )
         value = config.get("max_position_embeddings")
         max_len = int(value) if isinstance(value, int) else None
+    quantization: str | None = None
+    if config.get("quantization_config") is not None:
+        try:
+            quantization = parse_hub_quantization(config["quantization_config"]).describe()
+        except ModelLoadError as exc:
+            problems.append(str(exc))
     problems.extend(_weight_problems(path))
     if not (path / "tokenizer.json").is_file():
         problems.append("tokenizer.json is missing")
-    return CheckpointInfo(path, architecture, max_len, tuple(problems))
+    return CheckpointInfo(path, architecture, max_len, tuple(problems), quantization)
 
 
 def _weight_problems(path: Path) -> list[str]:

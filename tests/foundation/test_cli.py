@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -189,3 +191,34 @@ def test_models_list_says_what_serves_each_model(tmp_path: Path) -> None:
     rows = {line.split("\t")[0]: line.split("\t") for line in result.output.splitlines()}
     assert rows["demo"][3:] == ["ok", "hydrant"]
     assert rows["big"][3:] == ["ok", "openai:http://vllm-a:8000,http://vllm-b:8000"]
+
+
+def test_models_list_names_a_hub_checkpoints_quantization(tmp_path: Path) -> None:
+    """An AWQ/GPTQ/compressed-tensors checkpoint shows its format after the architecture;
+    a variant the engine refuses is not servable, with the field named."""
+    from hydrant.engine.demo_model import write_demo_model
+
+    demo = write_demo_model(tmp_path / "demo")
+    models = {}
+    for name, section in {
+        "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False},
+        "actorder": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True},
+    }.items():
+        path = tmp_path / name
+        shutil.copytree(demo, path)
+        config = json.loads((path / "config.json").read_text("utf-8"))
+        config["quantization_config"] = section
+        (path / "config.json").write_text(json.dumps(config), "utf-8")
+        models[name] = path
+    env = {
+        "HYDRANT_DATA_DIR": str(tmp_path / "data"),
+        "HYDRANT_LOG_FORMAT": "text",
+        "HYDRANT_MODELS": ",".join(f"{name}={path}" for name, path in models.items()),
+    }
+    result = CliRunner().invoke(cli, ["models", "list"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = {line.split("\t")[0]: line.split("\t") for line in result.output.splitlines()}
+    assert rows["gptq"][2].endswith("(gptq int4 g128)")
+    assert rows["gptq"][3] == "ok"
+    assert rows["actorder"][3].startswith("NOT SERVABLE")
+    assert "desc_act = True" in rows["actorder"][3]
