@@ -272,3 +272,32 @@ def test_refuses_a_model_quantized_with_input_scales(models: dict[str, Path]) ->
         ModelLoadError, match=r"model\.layers\.1\.mlp\.gate_proj: .*activation-aware"
     ):
         compressed_tensors_state(model)
+
+
+@pytest.mark.parametrize(("family", "mode"), [("wide", "int4"), ("gqa", "int8")])
+def test_hydrant_serves_its_own_compressed_tensors_copy_as_its_own_checkpoint(
+    models: dict[str, Path], tmp_path: Path, family: str, mode: str, engines: EngineTracker
+) -> None:
+    """Written by `--format compressed-tensors`, read back by the hub loader: the same
+    quantized linears, buffer for buffer, and the same greedy tokens as Hydrant's own copy."""
+    own, ct = write_both(models[family], tmp_path, mode)
+    prompts = random_prompts(3, 4, 20, seed=11)
+    finals = {}
+    buffers = {}
+    for name, path in (("own", own), ("ct", ct)):
+        engine = engines.make(path)
+        buffers[name] = {
+            key: value.clone()
+            for key, value in engine.runner.model.state_dict().items()
+            if key.rsplit(".", 1)[-1] in ("qweight", "scales", "zeros")
+        }
+        for i, prompt in enumerate(prompts):
+            engine.add_request(Request(str(i), prompt, GREEDY))
+        finals[name] = run_to_completion(engine)
+    assert buffers["own"] and buffers["own"].keys() == buffers["ct"].keys()
+    for key, value in buffers["own"].items():
+        assert torch.equal(value, buffers["ct"][key]), key
+    for i in range(len(prompts)):
+        assert (
+            finals["own"][str(i)].outputs[0].token_ids == finals["ct"][str(i)].outputs[0].token_ids
+        )
