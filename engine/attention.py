@@ -59,25 +59,47 @@ def build_metadata(
     it plans decode) builds the decode plan."""
 
     def tensor(values: list[int] | list[list[int]], dtype: torch.dtype) -> torch.Tensor:
+        if not values and dtype == torch.int32:  # a decode-only step's prefill lengths, ...
+            return _empty(device, 1)
         return torch.tensor(values, dtype=dtype, device=device)
 
     def table(tables: list[list[int]], lens: list[int]) -> torch.Tensor:
         """Block tables cut to the blocks the contexts use, padded with block 0 (masked)."""
         if not tables:
-            return torch.zeros((0, 1), dtype=torch.int32, device=device)
+            return _empty(device, 2)
         width = -(-max(lens) // block_size)
         return torch.from_numpy(block_rows(tables, width)).to(device)
 
+    cu = _empty(device, 0) if cu_seqlens_q == [0] else tensor(cu_seqlens_q, torch.int32)
     return AttentionMetadata(
         slot_mapping=tensor(slots, torch.long),
         num_decode_tokens=len(decode_lens),
         decode_block_tables=table(decode_tables, decode_lens),
         decode_context_lens=tensor(decode_lens, torch.int32),
         prefill_block_tables=table(prefill_tables, prefill_lens),
-        prefill_cu_seqlens_q=tensor(cu_seqlens_q, torch.int32),
+        prefill_cu_seqlens_q=cu,
         prefill_context_lens=tensor(prefill_lens, torch.int32),
         prefill_max_q_len=max((b - a for a, b in pairwise(cu_seqlens_q)), default=0),
         decode_plan=(
             planner(decode_tables, decode_lens) if decode_lens and planner is not None else None
         ),
     )
+
+
+_EMPTIES: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def _empty(device: torch.device, kind: int) -> torch.Tensor:
+    """The int32 parts a step without prefills (or without decodes) leaves empty, made once
+    per device: `[0]` cumulative lengths (kind 0), `[]` lengths (1), a `[0, 1]` table (2).
+
+    Each would otherwise be a tensor creation, and on a GPU a copy, every step; kernels
+    only read metadata, so one instance serves every step.
+    """
+    key = (torch.device(device), kind)
+    cached = _EMPTIES.get(key)
+    if cached is None:
+        shapes = {0: torch.zeros(1, dtype=torch.int32), 1: torch.zeros(0, dtype=torch.int32)}
+        cached = shapes.get(kind, torch.zeros((0, 1), dtype=torch.int32)).to(device)
+        _EMPTIES[key] = cached
+    return cached

@@ -250,8 +250,11 @@ class ModelRunner:
         if not batch.sample_seqs:
             empty = torch.empty(0, self.model_config.vocab_size, device=self.device)
             return ModelOutput(empty, [], prompt_logprobs, embeddings)
-        index = torch.tensor(batch.sample_idx, dtype=torch.long, device=self.device)
-        logits = self.model.compute_logits(hidden.index_select(0, index))
+        if len(batch.sample_idx) == hidden.shape[0]:  # every row (increasing, distinct): all
+            logits = self.model.compute_logits(hidden)
+        else:
+            index = torch.tensor(batch.sample_idx, dtype=torch.long, device=self.device)
+            logits = self.model.compute_logits(hidden.index_select(0, index))
         return ModelOutput(logits, batch.sample_seqs, prompt_logprobs, embeddings)
 
     def _pool(
@@ -363,9 +366,10 @@ class ModelRunner:
             lora = build_lora_batch(
                 self.model.ops, self.lora_slots, row_slots, lengths, len(dec_ctx)
             )
+        tokens = self._tensor([ids, pos], torch.long)  # one creation (one copy) for both rows
         return StepBatch(
-            self._tensor(ids, torch.long),
-            self._tensor(pos, torch.long),
+            tokens[0],
+            tokens[1],
             meta,
             sample_idx,
             sample_seqs,
@@ -374,7 +378,7 @@ class ModelRunner:
             lora,
         )
 
-    def _tensor(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
+    def _tensor(self, values: list[int] | list[list[int]], dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
     def _profile_peak_bytes(self) -> int:
