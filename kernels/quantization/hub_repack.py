@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from hydrant.kernels.arguments import check_rank, require
-from hydrant.kernels.int4_layout import dequantize_int4, pack_int4
+from hydrant.kernels.int4_layout import pack_int4
 from hydrant.kernels.quantization.linear import QuantizedLinear, QuantMode
 
 # A per-channel int4 scale is repeated over groups of at most this many columns: the
@@ -51,12 +51,6 @@ class RepackedWeight:
     def in_features(self) -> int:
         columns = int(self.qweight.shape[1])
         return columns if self.zeros is None else 2 * columns
-
-    def dequantize(self) -> torch.Tensor:
-        """The float32 `[N, K]` weight these codes stand for."""
-        if self.zeros is None:
-            return self.qweight.to(torch.float32) * self.scales.to(torch.float32)[:, None]
-        return dequantize_int4(self.qweight, self.scales, self.zeros, self.group_size)
 
 
 def channel_group_size(in_features: int) -> int:

@@ -14,6 +14,7 @@ from hydrant.kernels.errors import KernelArgumentError
 from hydrant.kernels.quantization.hub_compressed_tensors import repack_pack_quantized
 from hydrant.kernels.quantization.hub_gptq import repack_gptq
 from hydrant.kernels.quantization.hub_repack import (
+    RepackedWeight,
     channel_group_size,
     fuse_rows,
     int4_from_codes,
@@ -21,6 +22,11 @@ from hydrant.kernels.quantization.hub_repack import (
     quantized_linear,
 )
 from hydrant.kernels.quantization.int32_packing import pack_int32
+
+
+def _dequantized(weight: RepackedWeight) -> torch.Tensor:
+    """The float32 weight the engine's module holding `weight` multiplies by."""
+    return quantized_linear(weight, None, torch.float32).dequantized_weight()
 
 
 def _random_int4(n: int, k: int, group: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -40,17 +46,17 @@ def test_per_channel_int4_is_repeated_exactly_over_groups() -> None:
     codes, zeros, scales = _random_int4(8, 256, 256)
     weight = int4_from_codes(codes, zeros, scales, 256)
     assert weight.group_size == 128 and weight.scales.shape == (8, 2)
-    assert torch.equal(weight.dequantize(), (codes - zeros) * scales)
+    assert torch.equal(_dequantized(weight), (codes - zeros) * scales)
 
 
 def test_fused_rows_dequantize_to_the_concatenated_parts() -> None:
     parts = [int4_from_codes(*_random_int4(n, 64, 32, seed=n), 32) for n in (16, 8, 8)]
     fused = fuse_rows(parts)
     assert (fused.out_features, fused.in_features) == (32, 64)
-    assert torch.equal(fused.dequantize(), torch.cat([p.dequantize() for p in parts]))
+    assert torch.equal(_dequantized(fused), torch.cat([_dequantized(p) for p in parts]))
     module = quantized_linear(fused, torch.zeros(32), torch.float32)
     x = torch.randn(3, 64)
-    assert torch.allclose(module(x), x @ fused.dequantize().t(), atol=1e-5)
+    assert torch.allclose(module(x), x @ _dequantized(fused).t(), atol=1e-5)
 
 
 def test_parts_of_different_groups_or_modes_are_not_fused() -> None:
