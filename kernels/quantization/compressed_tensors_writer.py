@@ -97,25 +97,26 @@ def pack_quantized_tensors(
             "which compressed-tensors pack-quantized cannot express"
         )
     bits = BITS[module.mode]
+    # stored codes are the signed values plus 2**(bits - 1): int8's q + 128, and int4's
+    # unsigned u and zero z as they are (module docstring)
     if module.mode == "int8":
-        signed = module.qweight[rows].to(torch.int64)
+        codes = module.qweight[rows].to(torch.int64) + 128
         scale = module.scales[rows][:, None]
-        zero_point = None
+        zero_codes = None
     else:
         if module.zeros is None:
             raise KernelArgumentError(f"{name}: an int4 linear without zero points")
-        signed = unpack_int4(module.qweight[rows]).to(torch.int64) - 8
+        codes = unpack_int4(module.qweight[rows]).to(torch.int64)
         scale = module.scales[rows]
-        zero_point = integer_zero_points(module.zeros[rows], name) - 8
-    offset = 1 << (bits - 1)
-    out_features, in_features = signed.shape
+        zero_codes = integer_zero_points(module.zeros[rows], name)
+    out_features, in_features = codes.shape
     tensors = {
-        "weight_packed": _pack_along(signed + offset, bits, dim=1),
+        "weight_packed": _pack_along(codes, bits, dim=1),
         "weight_scale": scale.contiguous().clone(),
         "weight_shape": torch.tensor([out_features, in_features], dtype=torch.int64),
     }
-    if zero_point is not None:
-        tensors["weight_zero_point"] = _pack_along(zero_point + offset, bits, dim=0)
+    if zero_codes is not None:
+        tensors["weight_zero_point"] = _pack_along(zero_codes, bits, dim=0)
     if module.bias is not None:
         tensors["bias"] = module.bias[rows].contiguous().clone()
     return tensors
