@@ -60,17 +60,17 @@ def build_metadata(
 
     def tensor(values: list[int] | list[list[int]], dtype: torch.dtype) -> torch.Tensor:
         if not values and dtype == torch.int32:  # a decode-only step's prefill lengths, ...
-            return _empty(device, 1)
+            return _zeros(device, (0,))
         return torch.tensor(values, dtype=dtype, device=device)
 
     def table(tables: list[list[int]], lens: list[int]) -> torch.Tensor:
         """Block tables cut to the blocks the contexts use, padded with block 0 (masked)."""
         if not tables:
-            return _empty(device, 2)
+            return _zeros(device, (0, 1))
         width = -(-max(lens) // block_size)
         return torch.from_numpy(block_rows(tables, width)).to(device)
 
-    cu = _empty(device, 0) if cu_seqlens_q == [0] else tensor(cu_seqlens_q, torch.int32)
+    cu = _zeros(device, (1,)) if cu_seqlens_q == [0] else tensor(cu_seqlens_q, torch.int32)
     return AttentionMetadata(
         slot_mapping=tensor(slots, torch.long),
         num_decode_tokens=len(decode_lens),
@@ -86,20 +86,19 @@ def build_metadata(
     )
 
 
-_EMPTIES: dict[tuple[torch.device, int], torch.Tensor] = {}
+_ZEROS: dict[tuple[torch.device, tuple[int, ...]], torch.Tensor] = {}
 
 
-def _empty(device: torch.device, kind: int) -> torch.Tensor:
-    """The int32 parts a step without prefills (or without decodes) leaves empty, made once
-    per device: `[0]` cumulative lengths (kind 0), `[]` lengths (1), a `[0, 1]` table (2).
+def _zeros(device: torch.device, shape: tuple[int, ...]) -> torch.Tensor:
+    """An int32 zero tensor made once per device and shape: the parts a step without
+    prefills (or without decodes) leaves empty, `[]` lengths, a `[0, 1]` table, `[0]`
+    cumulative lengths.
 
     Each would otherwise be a tensor creation, and on a GPU a copy, every step; kernels
     only read metadata, so one instance serves every step.
     """
-    key = (torch.device(device), kind)
-    cached = _EMPTIES.get(key)
+    key = (torch.device(device), shape)
+    cached = _ZEROS.get(key)
     if cached is None:
-        shapes = {0: torch.zeros(1, dtype=torch.int32), 1: torch.zeros(0, dtype=torch.int32)}
-        cached = shapes.get(kind, torch.zeros((0, 1), dtype=torch.int32)).to(device)
-        _EMPTIES[key] = cached
+        cached = _ZEROS[key] = torch.zeros(shape, dtype=torch.int32, device=device)
     return cached
