@@ -19,6 +19,7 @@ import torch
 from click.testing import CliRunner
 from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
 from compressed_tensors.quantization import QuantizationConfig
+from hub_checkpoints import PROJECTIONS
 from safetensors.torch import load_file, save_file
 from tiny_models import (
     EngineTracker,
@@ -166,14 +167,8 @@ def test_layers_int4_cannot_hold_are_float_and_ignored(
     floats = [
         f"model.layers.{i}.{proj}"
         for i in range(2)
-        for proj in (
-            "self_attn.q_proj",
-            "self_attn.k_proj",
-            "self_attn.v_proj",
-            "self_attn.o_proj",
-            "mlp.gate_proj",
-            "mlp.up_proj",
-        )
+        for proj in PROJECTIONS
+        if proj != "mlp.down_proj"
     ]
     assert config.ignore is not None and sorted(config.ignore) == sorted(["lm_head", *floats])
     source, written = (
