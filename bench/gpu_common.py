@@ -18,6 +18,17 @@ import torch
 
 START = time.perf_counter()
 L2_DEFEAT_BYTES = 256 << 20
+# The tiny Llama the `--smoke` runs build on the CPU (gpu_kernels.py's e2e, gpu_decode.py).
+SMOKE_LLAMA: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": False,
+}
 
 
 def log(message: str) -> None:

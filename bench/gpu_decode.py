@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_common import START, copy_bandwidth, log
+from gpu_common import SMOKE_LLAMA, START, copy_bandwidth, log
 
 SHAPES: dict[str, dict[str, Any]] = {
     # Llama-3-8B: hidden 4096, 32 layers, GQA with 8 KV heads, MLP 14336, vocab 128256.
@@ -71,16 +71,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 2048,
         "tie_word_embeddings": False,
     },
-    "smoke": {
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 256,
-        "max_position_embeddings": 512,
-        "tie_word_embeddings": False,
-    },
+    "smoke": SMOKE_LLAMA,
 }
 BATCHES = (1, 8, 64)
 PROMPT_LEN = 128

@@ -38,6 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_common import (
+    SMOKE_LLAMA,
     START,
     copies_for,
     copy_bandwidth,
@@ -285,16 +286,6 @@ E2E_MODEL: dict[str, Any] = {
     "max_position_embeddings": 4096,
     "tie_word_embeddings": False,
 }  # ~1.2B parameters
-E2E_SMOKE: dict[str, Any] = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 256,
-    "tie_word_embeddings": False,
-}
 
 
 def _sync(device: torch.device) -> None:
@@ -326,7 +317,7 @@ def run_e2e(device: torch.device, smoke: bool, quantized: bool = False) -> dict[
     out: dict[str, Any] = {"prompt_len": prompt_len, "new_tokens": new_tokens, "rows": []}
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
-        config = LlamaConfig(**(E2E_SMOKE if smoke else E2E_MODEL))
+        config = LlamaConfig(**(SMOKE_LLAMA if smoke else E2E_MODEL))
         with torch.device(device):  # random init on the GPU: seconds, not a minute
             model: Any = LlamaForCausalLM(config)
         model.to(dtype=dtype).eval()
