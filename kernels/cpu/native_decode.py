@@ -14,6 +14,13 @@ the build takes about a second, and nothing is compiled at install time. The
 binary is tuned for the CPU it is built on (`-march=native`), so the cache key
 includes the CPU's feature flags. If there is no compiler or the build fails,
 the backend logs it once and keeps the PyTorch path: same results, slower.
+
+`HYDRANT_NATIVE_CFLAGS` (testing and diagnosis only): extra compiler flags,
+split like a shell would and appended to the build's, so part of the cache
+key. It lets a host with AVX-512 build and run the code paths of lesser CPUs,
+e.g. `-mno-avx512f` (the AVX2+FMA paths of an EPYC without AVX-512) or
+`-mno-avx2` (the portable loops). Tests pass such flags to `build` and
+`open_library` directly instead.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ import ctypes
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -66,18 +75,25 @@ def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
 
 
-def build(target_dir: Path | None = None) -> Path:
+def extra_cflags() -> list[str]:
+    """The flags `HYDRANT_NATIVE_CFLAGS` adds to the build (none when it is unset)."""
+    return shlex.split(os.environ.get("HYDRANT_NATIVE_CFLAGS", ""))
+
+
+def build(target_dir: Path | None = None, extra: Sequence[str] | None = None) -> Path:
     """Compile the C kernels (if not cached) and return the shared library's path.
 
-    The build writes to a temporary file and renames it into place, so
-    processes building at once never load a half-written library.
+    `extra` flags go after CFLAGS (default: `HYDRANT_NATIVE_CFLAGS`'s). The
+    build writes to a temporary file and renames it into place, so processes
+    building at once never load a half-written library.
     """
     compiler = _compiler()
     if compiler is None:
         raise RuntimeError("no C compiler found (set CC or install gcc)")
+    flags = [*CFLAGS, *(extra_cflags() if extra is None else extra)]
     source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     key = hashlib.sha256(
-        source + " ".join(CFLAGS).encode() + _cpu_flags().encode() + compiler.encode()
+        source + " ".join(flags).encode() + _cpu_flags().encode() + compiler.encode()
     ).hexdigest()[:16]
     folder = (target_dir or cache_dir()) / key
     library = folder / "libhydrant_cpu_kernels.so"
@@ -89,7 +105,7 @@ def build(target_dir: Path | None = None) -> Path:
         partial = Path(tmp.name)
     try:
         subprocess.run(  # noqa: S603 - our own source, the compiler from PATH/CC
-            [compiler, *CFLAGS, *map(str, SOURCES), "-o", str(partial), "-lm"],
+            [compiler, *flags, *map(str, SOURCES), "-o", str(partial), "-lm"],
             check=True,
             capture_output=True,
             text=True,
@@ -107,6 +123,31 @@ def build(target_dir: Path | None = None) -> Path:
     return library
 
 
+def open_library(path: Path) -> ctypes.CDLL:
+    """Load a built library and declare the decode entry point (lora.py declares its own)."""
+    library = ctypes.CDLL(str(path))
+    fn = library.hydrant_paged_decode_f32
+    fn.restype = ctypes.c_int
+    fn.argtypes = [
+        ctypes.c_void_p,  # q
+        ctypes.c_void_p,  # k_cache
+        ctypes.c_void_p,  # v_cache
+        ctypes.c_void_p,  # block_tables
+        ctypes.c_int64,  # table_stride
+        ctypes.c_void_p,  # context_lens
+        ctypes.c_void_p,  # out
+        ctypes.c_int,  # batch
+        ctypes.c_int,  # num_heads
+        ctypes.c_int,  # num_kv_heads
+        ctypes.c_int,  # head_dim
+        ctypes.c_int,  # block_size
+        ctypes.c_int,  # max_context
+        ctypes.c_float,  # scale
+        ctypes.c_int,  # num_threads
+    ]
+    return library
+
+
 def load() -> ctypes.CDLL | None:
     """The kernel library, built on first use; None (logged once) when it cannot be built."""
     global _library, _tried
@@ -115,30 +156,10 @@ def load() -> ctypes.CDLL | None:
             return _library
         _tried = True
         try:
-            library = ctypes.CDLL(str(build()))
+            _library = open_library(build())
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             logger.warning("native CPU attention unavailable, using the PyTorch path: %s", exc)
             return None
-        fn = library.hydrant_paged_decode_f32
-        fn.restype = ctypes.c_int
-        fn.argtypes = [
-            ctypes.c_void_p,  # q
-            ctypes.c_void_p,  # k_cache
-            ctypes.c_void_p,  # v_cache
-            ctypes.c_void_p,  # block_tables
-            ctypes.c_int64,  # table_stride
-            ctypes.c_void_p,  # context_lens
-            ctypes.c_void_p,  # out
-            ctypes.c_int,  # batch
-            ctypes.c_int,  # num_heads
-            ctypes.c_int,  # num_kv_heads
-            ctypes.c_int,  # head_dim
-            ctypes.c_int,  # block_size
-            ctypes.c_int,  # max_context
-            ctypes.c_float,  # scale
-            ctypes.c_int,  # num_threads
-        ]
-        _library = library
         return _library
 
 
@@ -153,15 +174,18 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    library: ctypes.CDLL | None = None,
 ) -> torch.Tensor:
     """Same contract as `attention.paged_decode_attention`; float32 CPU tensors run natively.
 
     Anything else (another dtype, a non-contiguous view, no library) takes the
     PyTorch path, so callers never need to check. The caller guarantees every
     context length fits its block table (the scheduler's invariant); the
-    table's width bounds the score buffer.
+    table's width bounds the score buffer. `library` (tests, benchmarks): another
+    build from `open_library`, e.g. one without AVX-512; default the engine's.
     """
-    library = _library if _tried else load()  # no lock per layer once it is settled
+    if library is None:
+        library = _library if _tried else load()  # no lock per layer once it is settled
     batch, num_heads, head_dim = q.shape
     native = (
         library is not None

@@ -3,12 +3,16 @@
 The kernel is built for real with the machine's C compiler (the same build
 the engine does); the reference is the cpu backend's PyTorch decode path run in
 float64, so any indexing, masking or softmax error shows up as a large
-relative error, and rounding alone stays near 1e-7.
+relative error, and rounding alone stays near 1e-7. The decode comparisons
+also run on builds with x86 features switched off, so an AVX-512 host checks
+the AVX2+FMA paths (EPYCs before Zen 4) and the portable loops as well.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +29,19 @@ requires_native = pytest.mark.skipif(
     not native_decode.available() and os.environ.get("CI") != "true",
     reason="no C compiler here (in CI the kernel must build)",
 )
+
+# extra compiler flags per build: None is the engine's own library (load())
+BUILDS = {"native": None, "avx2": ["-mno-avx512f"], "portable": ["-mno-avx2"]}
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def library(request: pytest.FixtureRequest) -> ctypes.CDLL | None:
+    flags = BUILDS[request.param]
+    if flags is None:
+        return None
+    if not {"avx2", "fma"} <= set(native_decode._cpu_flags().split()):
+        pytest.skip("no AVX2+FMA here: this build switches x86 SIMD features off a CPU with them")
+    return native_decode.open_library(native_decode.build(extra=flags))
 
 
 def _case(
@@ -58,17 +75,27 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 @requires_native
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "head_dim"),
-    [(4, 4, 64), (8, 2, 64), (16, 2, 128), (6, 2, 80), (3, 1, 16)],
+    # SIMD head sizes 32/64/128 with groups of 1 to 8 (every V tiling), then portable sizes
+    [
+        (4, 2, 32),
+        (8, 1, 32),
+        (4, 4, 64),
+        (8, 2, 64),
+        (16, 2, 128),
+        (4, 4, 128),
+        (6, 2, 80),
+        (3, 1, 16),
+    ],
 )
 @pytest.mark.parametrize("block_size", [16, 5])
 def test_native_decode_matches_float64_reference(
-    heads: int, kv_heads: int, head_dim: int, block_size: int
+    heads: int, kv_heads: int, head_dim: int, block_size: int, library: ctypes.CDLL | None
 ) -> None:
     lens = [1, block_size, block_size + 1, 2 * block_size - 1, 37, 300, 3]
     q, k, v, tables, ctx = _case(lens, heads, kv_heads, head_dim, block_size, seed=heads)
     for scale in (head_dim**-0.5, 1.0):  # 1.0: peaked softmax, large exponents
         ref = paged_decode_attention(q.double(), k.double(), v.double(), tables, ctx, scale)
-        out = native_decode.paged_decode_attention(q, k, v, tables, ctx, scale)
+        out = native_decode.paged_decode_attention(q, k, v, tables, ctx, scale, library)
         assert out.dtype == torch.float32 and out.shape == q.shape
         assert _rel_err(out, ref) < 1e-5, f"scale {scale}"
         for i in range(len(lens)):  # each sequence on its own, not just the batch norm
@@ -76,14 +103,14 @@ def test_native_decode_matches_float64_reference(
 
 
 @requires_native
-def test_native_decode_does_not_depend_on_the_batch() -> None:
+def test_native_decode_does_not_depend_on_the_batch(library: ctypes.CDLL | None) -> None:
     """A sequence's output is the same alone and in a batch: batching never changes a token."""
     lens = [5, 64, 200, 17]
     q, k, v, tables, ctx = _case(lens, 8, 2, 64, 16, seed=7)
-    batched = native_decode.paged_decode_attention(q, k, v, tables, ctx, 0.125)
+    batched = native_decode.paged_decode_attention(q, k, v, tables, ctx, 0.125, library)
     for i in range(len(lens)):
         alone = native_decode.paged_decode_attention(
-            q[i : i + 1], k, v, tables[i : i + 1].contiguous(), ctx[i : i + 1], 0.125
+            q[i : i + 1], k, v, tables[i : i + 1].contiguous(), ctx[i : i + 1], 0.125, library
         )
         assert torch.equal(alone[0], batched[i])
 
@@ -107,6 +134,29 @@ def test_build_is_cached_per_source_and_cpu(tmp_path: Path) -> None:
     again = native_decode.build(tmp_path)
     assert again == first and again.stat().st_mtime_ns == stamp  # reused, not rebuilt
     assert [p.suffix for p in first.parent.iterdir()] == [".so"]  # no partial files left
+
+
+def test_extra_flags_reach_the_compiler_and_the_cache_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HYDRANT_NATIVE_CFLAGS (or `extra`) is appended to the flags and keys its own build."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "cc"  # records its arguments and writes an empty output file
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" >> {log}\n' + 'for a; do [ "$o" = -o ] && : > "$a"; o=$a; done\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(fake))
+    plain = native_decode.build(tmp_path / "cache", extra=[])
+    monkeypatch.setenv("HYDRANT_NATIVE_CFLAGS", "-mno-avx512f  -DX='a b'")
+    assert native_decode.extra_cflags() == ["-mno-avx512f", "-DX=a b"]
+    flagged = native_decode.build(tmp_path / "cache")
+    assert flagged != plain
+    assert native_decode.build(tmp_path / "cache", extra=["-mno-avx512f", "-DX=a b"]) == flagged
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2  # the third build was the cached second one
+    assert "-mno-avx512f" not in calls[0]
+    assert calls[1].startswith(" ".join([*native_decode.CFLAGS, "-mno-avx512f", "-DX=a b"]))
 
 
 def test_a_failing_compiler_is_a_clear_error(
