@@ -14,9 +14,11 @@
  * One work item is a sequence (OpenMP, dynamic: context lengths differ): a pass
  * over its K rows gives every head's scores, an exact softmax per head (all
  * scores kept, float32), then a pass over its V rows. With AVX-512 and head
- * sizes 64/128, the K pass scores 16 tokens per head at once and sums them
+ * sizes 32/64/128, the K pass scores 16 tokens per head at once and sums them
  * with one transposing reduction, and the V pass keeps its accumulators in
- * registers; otherwise portable loops do the same arithmetic.
+ * registers. AVX2+FMA (EPYCs before Zen 4) does the same on 8 lanes: 8 tokens
+ * per head, and V in column tiles sized to its 16 registers. Otherwise
+ * portable loops do the same arithmetic (with libm's expf).
  */
 #include <math.h>
 #include <stdint.h>
@@ -30,8 +32,9 @@
 /*
  * s[t] = exp(s[t] - m) in place, returning the sum. A decode step takes one
  * exp per head per context token (millions per step), so libm's scalar expf
- * would cost as much as reading the cache: with AVX-512 this is a degree-6
- * polynomial on the reduced argument scaled by 2^n (vscalefps), ~1 ulp.
+ * would cost as much as reading the cache: with AVX-512 (or AVX2+FMA, below)
+ * this is a degree-6 polynomial on the reduced argument scaled by 2^n
+ * (vscalefps), ~1 ulp.
  */
 #if defined(__AVX512F__)
 static inline float exp_shifted(float *restrict s, int n, float m) {
@@ -64,6 +67,55 @@ static inline float exp_shifted(float *restrict s, int n, float m) {
         total = _mm512_add_ps(total, e);
     }
     return _mm512_reduce_add_ps(total);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+/*
+ * exp(x) for x <= 0 on 8 lanes, 0 below -87: the AVX-512 polynomial, but AVX2 has no
+ * vscalefps, so 2^k is built in the exponent bits. x = s - max <= 0 clamped at -87 puts
+ * k in [-126, 0], where k + 127 is a valid biased exponent (2^k a normal float).
+ */
+static inline __m256 exp_nonpositive8(__m256 x) {
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 ln2_hi = _mm256_set1_ps(0.693359375f);
+    const __m256 ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+    const __m256 lowest = _mm256_set1_ps(-87.0f);
+    const __m256 c2 = _mm256_set1_ps(1.0f / 2), c3 = _mm256_set1_ps(1.0f / 6);
+    const __m256 c4 = _mm256_set1_ps(1.0f / 24), c5 = _mm256_set1_ps(1.0f / 120);
+    const __m256 c6 = _mm256_set1_ps(1.0f / 720), one = _mm256_set1_ps(1.0f);
+    const __m256 kept = _mm256_cmp_ps(x, lowest, _CMP_GE_OQ);
+    x = _mm256_max_ps(x, lowest);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, log2e),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_fnmadd_ps(k, ln2_hi, x);
+    f = _mm256_fnmadd_ps(k, ln2_lo, f);
+    __m256 p = _mm256_fmadd_ps(c6, f, c5);
+    p = _mm256_fmadd_ps(p, f, c4);
+    p = _mm256_fmadd_ps(p, f, c3);
+    p = _mm256_fmadd_ps(p, f, c2);
+    p = _mm256_fmadd_ps(p, f, one);
+    p = _mm256_fmadd_ps(p, f, one);
+    const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127));
+    const __m256 two_k = _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
+    return _mm256_and_ps(kept, _mm256_mul_ps(p, two_k));
+}
+
+static inline float exp_shifted(float *restrict s, int n, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 total = _mm256_setzero_ps();
+    int t = 0;
+    for (; t + 8 <= n; t += 8) {
+        const __m256 e = exp_nonpositive8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+        _mm256_storeu_ps(s + t, e);
+        total = _mm256_add_ps(total, e);
+    }
+    if (t < n) { /* masked only here: maskstore is slow on AMD, so not in the loop */
+        const __m256i lanes = lanes_below(n - t);
+        __m256 e = exp_nonpositive8(_mm256_sub_ps(_mm256_maskload_ps(s + t, lanes), vm));
+        e = _mm256_and_ps(_mm256_castsi256_ps(lanes), e); /* lanes past n: exp(-m), dropped */
+        _mm256_maskstore_ps(s + t, lanes, e);
+        total = _mm256_add_ps(total, e);
+    }
+    return hsum8(total);
 }
 #else
 static inline float exp_shifted(float *restrict s, int n, float m) {
@@ -243,6 +295,134 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
         }
     }
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+/*
+ * Scores of every head for up to 8 tokens of one block: s[h * ctx + t] = scale * q_h . k_t.
+ * 8 accumulators (one per token) and the q vector fit AVX2's 16 registers at any head size,
+ * with K loads folded into the multiply-adds; one transposing reduction (reduce8) sums them.
+ */
+static inline __attribute__((always_inline)) void score_tokens8(
+    const float *restrict q, const float *restrict rows, int64_t token_stride, int n,
+    float *restrict scores, int ctx, int num_heads, int group, const int head_dim, float scale) {
+    const int vecs = head_dim / 8;
+    const __m256 vscale = _mm256_set1_ps(scale);
+    /* rows past n read row 0 again (valid memory) and are not stored: no branch per token */
+    int64_t row[8];
+    for (int u = 0; u < 8; u++) row[u] = (u < n ? u : 0) * token_stride;
+    for (int h = 0; h < num_heads; h++) {
+        const float *qh = q + (int64_t)h * head_dim;
+        const float *kh = rows + (int64_t)(h / group) * head_dim;
+        __m256 acc[8];
+        for (int u = 0; u < 8; u++) acc[u] = _mm256_setzero_ps();
+        for (int d = 0; d < vecs; d++) {
+            const __m256 qv = _mm256_loadu_ps(qh + 8 * d);
+            for (int u = 0; u < 8; u++)
+                acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kh + row[u] + 8 * d), acc[u]);
+        }
+        const __m256 s = _mm256_mul_ps(reduce8(acc), vscale);
+        if (n >= 8)
+            _mm256_storeu_ps(scores + (int64_t)h * ctx, s);
+        else
+            _mm256_maskstore_ps(scores + (int64_t)h * ctx, lanes_below(n), s);
+    }
+}
+
+/*
+ * out[g][0, 8 * cvecs) = sum_t p[g][t] v_t[0, 8 * cvecs) for `heads` heads of one KV head;
+ * v_cache and out point at the column tile. heads * cvecs <= 12 accumulators, a weight per
+ * head and the V vector: at most 16 registers.
+ */
+static inline __attribute__((always_inline)) void value_tile(
+    const float *restrict v_cache, const int32_t *restrict table, int ctx, int block_size,
+    int64_t token_stride, int64_t block_stride, int64_t head_offset, const float *restrict probs,
+    float *restrict out, int head_dim, const int heads, const int cvecs) {
+    __m256 acc[12];
+    for (int i = 0; i < heads * cvecs; i++) acc[i] = _mm256_setzero_ps();
+    for (int first = 0; first < ctx; first += block_size) {
+        const float *block = v_cache + (int64_t)table[first / block_size] * block_stride + head_offset;
+        const int n = ctx - first < block_size ? ctx - first : block_size;
+        const float *next = first + block_size < ctx
+                                ? v_cache + (int64_t)table[first / block_size + 1] * block_stride +
+                                      head_offset
+                                : NULL;
+        for (int i = 0; i < n; i++) {
+            const float *row = block + (int64_t)i * token_stride;
+            /* this tile of the next block's row, as in the K pass */
+            if (next != NULL) prefetch_row(next + (int64_t)i * token_stride, 8 * cvecs);
+            __m256 w[3];
+            for (int g = 0; g < heads; g++) w[g] = _mm256_set1_ps(probs[(int64_t)g * ctx + first + i]);
+            for (int d = 0; d < cvecs; d++) {
+                const __m256 vv = _mm256_loadu_ps(row + 8 * d);
+                for (int g = 0; g < heads; g++)
+                    acc[g * cvecs + d] = _mm256_fmadd_ps(w[g], vv, acc[g * cvecs + d]);
+            }
+        }
+    }
+    for (int g = 0; g < heads; g++)
+        for (int d = 0; d < cvecs; d++)
+            _mm256_storeu_ps(out + (int64_t)g * head_dim + 8 * d, acc[g * cvecs + d]);
+}
+
+static inline __attribute__((always_inline)) void attend_sequence_avx2(
+    const float *restrict q, const float *restrict k_cache, const float *restrict v_cache,
+    const int32_t *restrict table, int ctx, float *restrict out, float *restrict scores,
+    int num_heads, int num_kv_heads, const int head_dim, int block_size, float scale) {
+    const int group = num_heads / num_kv_heads;
+    const int64_t token_stride = (int64_t)num_kv_heads * head_dim;
+    const int64_t block_stride = token_stride * block_size;
+    for (int first = 0; first < ctx; first += block_size) {
+        const float *block = k_cache + (int64_t)table[first / block_size] * block_stride;
+        const int n = ctx - first < block_size ? ctx - first : block_size;
+        const float *next = first + block_size < ctx
+                                ? k_cache + (int64_t)table[first / block_size + 1] * block_stride
+                                : NULL;
+        for (int i = 0; i < n; i += 8) {
+            /* the next block's rows while these are scored: the scattered blocks stop the
+               hardware prefetcher at each block edge (most of the time at batch 128) */
+            if (next != NULL)
+                for (int u = 0; u < 8 && i + u < block_size; u++)
+                    prefetch_row(next + (int64_t)(i + u) * token_stride, token_stride);
+            score_tokens8(q, block + (int64_t)i * token_stride, token_stride,
+                          n - i < 8 ? n - i : 8, scores + first + i, ctx, num_heads, group,
+                          head_dim, scale);
+        }
+    }
+    softmax_rows(scores, ctx, num_heads);
+    /*
+     * A head's row does not fit 12 accumulators past head size 96, so the V pass goes over
+     * column tiles. Heads of a group share each V row read, so a group takes tiles of 4
+     * vectors (32 floats) for up to 3 heads a pass, passes balanced (4 heads: 2 + 2); a
+     * lone head (no GQA) takes 8 vectors, half the passes at the same 8 FMA chains.
+     */
+    const int vecs = head_dim / 8;
+    const int cvecs = group == 1 && vecs >= 8 ? 8 : 4;
+    const int passes = (group + 2) / 3;
+    const int per_pass = (group + passes - 1) / passes;
+    for (int kh = 0; kh < num_kv_heads; kh++) {
+        for (int g0 = 0; g0 < group; g0 += per_pass) {
+            const int heads = group - g0 < per_pass ? group - g0 : per_pass;
+            const int h = kh * group + g0;
+            const float *probs = scores + (int64_t)h * ctx;
+            for (int c = 0; c < vecs; c += cvecs) {
+                float *o = out + (int64_t)h * head_dim + 8 * c;
+                const int64_t off = (int64_t)kh * head_dim + 8 * c;
+#define VALUE_TILE(H, C)                                                                        \
+    value_tile(v_cache, table, ctx, block_size, token_stride, block_stride, off, probs, o,       \
+               head_dim, H, C)
+                if (cvecs == 8) {
+                    VALUE_TILE(1, 8);
+                } else {
+                    switch (heads) {
+                        case 1: VALUE_TILE(1, 4); break;
+                        case 2: VALUE_TILE(2, 4); break;
+                        default: VALUE_TILE(3, 4); break;
+                    }
+                }
+#undef VALUE_TILE
+            }
+        }
+    }
+}
 #endif
 
 static void attend_sequence_any(const float *q, const float *k_cache, const float *v_cache,
@@ -263,6 +443,22 @@ static void attend_sequence_any(const float *q, const float *k_cache, const floa
     if (head_dim == 128) {
         attend_sequence_avx512(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
                                num_kv_heads, 128, block_size, scale);
+        return;
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if (head_dim == 32) {
+        attend_sequence_avx2(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                             num_kv_heads, 32, block_size, scale);
+        return;
+    }
+    if (head_dim == 64) {
+        attend_sequence_avx2(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                             num_kv_heads, 64, block_size, scale);
+        return;
+    }
+    if (head_dim == 128) {
+        attend_sequence_avx2(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                             num_kv_heads, 128, block_size, scale);
         return;
     }
 #endif
