@@ -3,16 +3,18 @@
 Two variants, chosen once for the model's dtype (`cpu_backend`):
 
 - float32 with the C kernel built (the usual case): decode attention reads
-  the paged cache in place in C (`native_decode.py`), and large float32
-  linears run on oneDNN (`linear.py`, the `fast_linears` feature);
+  the paged cache in place in C (`native_decode.py`), RMSNorm, RoPE,
+  SiLU-and-mul and the K/V write are one C call each
+  (`native_elementwise.py`), and large float32 linears run on oneDNN
+  (`linear.py`, the `fast_linears` feature);
 - otherwise (bfloat16/float16, or no C compiler): decode attention is
   `planned_decode`: one gather plan per step, shared by all layers, then a
   padded SDPA per group of similar lengths (`attention.py`); linears stay on
   `F.linear`, so a machine that cannot build the C kernel runs the plain
   PyTorch path whole.
 
-Both run prefill as per-sequence SDPA and the elementwise ops of
-`elementwise.py`, none re-validating arguments per call. The int8 KV cache
+Both run prefill as per-sequence SDPA; the second runs the elementwise ops of
+`elementwise.py`. None re-validates arguments per call. The int8 KV cache
 (`kv_int8`) and the weight-only matmuls have no faster CPU code: with scales,
 the KV ops are the reference's (checked, float32), as are W8A16/W4A16. The
 LoRA BGMV and SGMV are `lora.py`'s: the C kernel of native_lora.c in float32,
@@ -27,7 +29,14 @@ from collections.abc import Callable
 import torch
 
 from hydrant.kernels import reference_backend as checked
-from hydrant.kernels.cpu import attention, elementwise, linear, lora, native_decode
+from hydrant.kernels.cpu import (
+    attention,
+    elementwise,
+    linear,
+    lora,
+    native_decode,
+    native_elementwise,
+)
 from hydrant.kernels.errors import KernelBackendError
 from hydrant.kernels.table import DecodeAttention, KernelBackend
 
@@ -47,7 +56,7 @@ def write_kv(
     v_scale: torch.Tensor | None = None,
 ) -> None:
     if k_scale is None and v_scale is None:
-        attention.write_kv(key, value, k_cache, v_cache, slot_mapping)
+        native_elementwise.write_kv(key, value, k_cache, v_cache, slot_mapping)
         return
     checked.write_kv(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)
 
@@ -120,9 +129,9 @@ NATIVE = KernelBackend(
     write_kv=write_kv,
     paged_decode_attention=_decode_with(native_decode.paged_decode_attention),
     paged_prefill_attention=paged_prefill_attention,
-    rms_norm=elementwise.rms_norm,
-    rotary_embedding=elementwise.rotary_embedding,
-    silu_and_mul=elementwise.silu_and_mul,
+    rms_norm=native_elementwise.rms_norm,
+    rotary_embedding=native_elementwise.rotary_embedding,
+    silu_and_mul=native_elementwise.silu_and_mul,
     w8a16_matmul=checked.w8a16_matmul,
     w4a16_matmul=checked.w4a16_matmul,
     lora_bgmv=lora.lora_bgmv,
@@ -136,6 +145,9 @@ PLANNED = dataclasses.replace(
     detail="PyTorch planned decode and prefill",
     features=frozenset({"kv_int8", "planned_decode"}),
     paged_decode_attention=_decode_with(attention.paged_decode_attention),
+    rms_norm=elementwise.rms_norm,
+    rotary_embedding=elementwise.rotary_embedding,
+    silu_and_mul=elementwise.silu_and_mul,
     decode_planner=attention.decode_planner,
     planned_decode_attention=attention.planned_decode_attention,
     optimize_linears=None,

@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("native_decode.c")
 # every C file of the library (compiled together) and the header they share (in the key)
-SOURCES = (SOURCE, SOURCE.with_name("native_lora.c"))
+SOURCES = (SOURCE, SOURCE.with_name("native_lora.c"), SOURCE.with_name("native_elementwise.c"))
 HEADERS = (SOURCE.with_name("native_simd.h"),)
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11"]
 _lock = threading.Lock()

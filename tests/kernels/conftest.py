@@ -10,6 +10,7 @@ A value given on the command line wins.
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -34,3 +35,26 @@ def single_torch_thread() -> Iterator[None]:
 def gen() -> torch.Generator:
     """A seeded generator: every test draws fresh but reproducible random inputs."""
     return torch.Generator().manual_seed(1234)
+
+
+# extra compiler flags per build of the C kernels: None is the engine's own library
+NATIVE_BUILDS: dict[str, list[str] | None] = {
+    "native": None,
+    "avx2": ["-mno-avx512f"],
+    "portable": ["-mno-avx2"],
+}
+
+
+@pytest.fixture(scope="module", params=list(NATIVE_BUILDS))
+def native_build(request: pytest.FixtureRequest) -> ctypes.CDLL | None:
+    """Each build of the C kernels: the engine's (None), then with x86 features switched
+    off, so an AVX-512 host checks the AVX2+FMA paths (EPYCs before Zen 4) and the
+    portable loops as well."""
+    from hydrant.kernels.cpu import native_decode
+
+    flags = NATIVE_BUILDS[request.param]
+    if flags is None:
+        return None
+    if not {"avx2", "fma"} <= set(native_decode._cpu_flags().split()):
+        pytest.skip("no AVX2+FMA here: this build switches x86 SIMD features off a CPU with them")
+    return native_decode.open_library(native_decode.build(extra=flags))

@@ -163,7 +163,10 @@ def test_a_failing_compiler_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CC", "false")  # exits 1 without output
-    with pytest.raises(RuntimeError, match=r"compiling native_decode\.c, native_lora\.c failed"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"compiling native_decode\.c, native_lora\.c, native_elementwise\.c failed",
+    ):
         native_decode.build(tmp_path)
     assert not any(tmp_path.rglob("*.so"))
 
