@@ -75,9 +75,11 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 @requires_native
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "head_dim"),
-    # SIMD head sizes 32/64/128 with groups of 1 to 8 (every V tiling), then portable sizes
+    # SIMD head sizes 32/64/128 with groups of 1 to 8 (every V tiling; 3 KV heads: AVX-512
+    # tiles pairs of them, one left over), then portable sizes
     [
         (4, 2, 32),
+        (6, 3, 32),
         (8, 1, 32),
         (4, 4, 64),
         (8, 2, 64),
