@@ -249,39 +249,35 @@ static inline int blocks_ahead(int64_t block_stride) {
 }
 
 /*
- * Scores of every head for up to 16 tokens of one block: s[h * ctx + t] = scale * q_h . k_t.
- * 16 accumulators (one per token) and the q vector, K loads folded into the multiply-adds,
- * one transposing reduction (reduce16). Each head also prefetches its share of the `ahead`
- * rows at `next` (a block ahead): spread over the heads, the prefetches leave the loads of
- * this block the miss buffers they need (a whole block's at once: the K pass took up to
- * 1.8x as long).
+ * Scores of `heads` heads of one KV head (1 or 2) for up to 16 / heads tokens:
+ * s[g * ctx + t] = scale * q_g . k_t, with `q` and `s` at the first head. Their 16
+ * accumulators (head-major, K loads folded into the multiply-adds) end in one transposing
+ * reduction (reduce16), lanes [g * tokens, (g + 1) * tokens) being head g's scores. Two heads
+ * of a group share each K load: with K in cache the loads bound this pass, and 2 heads x 8
+ * tokens took ~0.95x the time of 1 x 16 (whole calls, batch 8, head sizes 64 and 128), 4 x 4
+ * 1.2x. `row` holds the tokens' offsets from `rows`, `lanes` the tokens stored.
  */
-static inline __attribute__((always_inline)) void score_tokens16(
-    const float *restrict q, const float *restrict rows, int64_t token_stride, int n,
-    float *restrict scores, int ctx, int num_heads, int group, const int head_dim, float scale,
-    const float *next, int ahead) {
+static inline __attribute__((always_inline)) void score_heads16(
+    const float *restrict q, const float *restrict rows, const int64_t *restrict row,
+    __mmask16 lanes, float *restrict scores, int ctx, const int head_dim, float scale,
+    const int heads) {
     const int vecs = head_dim / 16;
-    const __m512 vscale = _mm512_set1_ps(scale);
-    const __mmask16 lanes = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-    /* rows past n read row 0 again (valid memory) and are not stored: no branch per token */
-    int64_t row[16];
-    for (int u = 0; u < 16; u++) row[u] = (u < n ? u : 0) * token_stride;
-    for (int h = 0; h < num_heads; h++) {
-        const float *qh = q + (int64_t)h * head_dim;
-        const float *kh = rows + (int64_t)(h / group) * head_dim;
-        if (next != NULL)
-            for (int u = h * ahead / num_heads; u < (h + 1) * ahead / num_heads; u++)
-                prefetch_row(next + (int64_t)u * token_stride, token_stride);
-        __m512 acc[16];
-        for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_ps();
-        for (int d = 0; d < vecs; d++) {
-            const __m512 qv = _mm512_loadu_ps(qh + 16 * d);
-            for (int u = 0; u < 16; u++)
-                acc[u] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kh + row[u] + 16 * d), acc[u]);
+    const int tokens = 16 / heads;
+    __m512 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < vecs; d++) {
+        __m512 qv[2];
+        for (int g = 0; g < heads; g++) qv[g] = _mm512_loadu_ps(q + (int64_t)g * head_dim + 16 * d);
+        for (int u = 0; u < tokens; u++) {
+            const __m512 kv = _mm512_loadu_ps(rows + row[u] + 16 * d);
+            for (int g = 0; g < heads; g++)
+                acc[g * tokens + u] = _mm512_fmadd_ps(qv[g], kv, acc[g * tokens + u]);
         }
-        _mm512_mask_storeu_ps(scores + (int64_t)h * ctx, lanes,
-                              _mm512_mul_ps(reduce16(acc), vscale));
     }
+    const __m512 s = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+    _mm512_mask_storeu_ps(scores, lanes, s);
+    if (heads == 2) /* the second head's lanes, the upper half, down to lane 0 */
+        _mm512_mask_storeu_ps(scores + ctx, lanes, _mm512_shuffle_f32x4(s, s, 0x4E));
 }
 
 /*
@@ -334,6 +330,20 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
     const int64_t block_stride = token_stride * block_size;
     const int num_blocks = (ctx + block_size - 1) / block_size;
     const int dist = blocks_ahead(block_stride);
+    /* heads of a group scored together (score_heads16); at head size 32 the reduction, not
+       the loads, bounds the pass, and 2 heads were no faster than 1 */
+    const int heads = group % 2 == 0 && head_dim >= 64 ? 2 : 1;
+    const int tokens = 16 / heads;
+    /*
+     * Every 16 rows scored prefetch the same rows of the block `dist` ahead, each call its
+     * `share` (floats, whole lines): spread over the calls, the prefetches leave the loads in
+     * use the miss buffers they need (a chunk's all at once: the K pass took up to 1.8x as
+     * long), and one line at a time from a counter keeps the per-call cost to the
+     * prefetches themselves (with K in cache they compete with its loads).
+     */
+    const int chunk = block_size < 16 ? block_size : 16;
+    const int calls = num_kv_heads * ((chunk + tokens - 1) / tokens) * (group / heads);
+    const int64_t share = ((chunk * token_stride + 15) / 16 + calls - 1) / calls * 16;
     /* the blocks before the first `dist` ahead, which no block prefetches */
     for (int j = 1; j < dist && j < num_blocks; j++)
         prefetch_row(k_cache + (int64_t)table[j] * block_stride, block_stride);
@@ -343,11 +353,37 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
         const int n = ctx - first < block_size ? ctx - first : block_size;
         const float *next =
             j + dist < num_blocks ? k_cache + (int64_t)table[j + dist] * block_stride : NULL;
-        for (int i = 0; i < n; i += 16)
-            score_tokens16(q, block + (int64_t)i * token_stride, token_stride,
-                           n - i < 16 ? n - i : 16, scores + first + i, ctx, num_heads, group,
-                           head_dim, scale, next != NULL ? next + (int64_t)i * token_stride : NULL,
-                           block_size - i < 16 ? block_size - i : 16);
+        for (int i = 0; i < n; i += 16) {
+            const float *ahead = next != NULL ? next + (int64_t)i * token_stride : NULL;
+            const int64_t ahead_floats =
+                (int64_t)(block_size - i < 16 ? block_size - i : 16) * token_stride;
+            int64_t at = 0; /* floats of `ahead` prefetched */
+            for (int t = i; t < i + 16 && t < n; t += tokens) {
+                const int m = n - t < tokens ? n - t : tokens;
+                const __mmask16 lanes = (__mmask16)((1u << m) - 1);
+                /* rows past n read row t again (valid memory) and are not stored: no branch
+                   per token */
+                int64_t row[16];
+                for (int u = 0; u < tokens; u++) row[u] = (t + (u < m ? u : 0)) * token_stride;
+                for (int kh = 0; kh < num_kv_heads; kh++) {
+                    for (int g = 0; g < group; g += heads) {
+                        if (ahead != NULL) {
+                            const int64_t end =
+                                at + share < ahead_floats ? at + share : ahead_floats;
+                            for (; at < end; at += 16) __builtin_prefetch(ahead + at, 0, 2);
+                        }
+                        const int h = kh * group + g;
+                        const float *qh = q + (int64_t)h * head_dim;
+                        const float *rows = block + (int64_t)kh * head_dim;
+                        float *s = scores + (int64_t)h * ctx + first + t;
+                        if (heads == 2)
+                            score_heads16(qh, rows, row, lanes, s, ctx, head_dim, scale, 2);
+                        else
+                            score_heads16(qh, rows, row, lanes, s, ctx, head_dim, scale, 1);
+                    }
+                }
+            }
+        }
     }
     softmax_rows(scores, ctx, num_heads);
     /*
