@@ -14,14 +14,14 @@
  * One work item is a sequence (OpenMP, dynamic: context lengths differ): a pass
  * over its K rows gives every head's scores, an exact softmax per head (all
  * scores kept, float32), then a pass over its V rows. With AVX-512 and head
- * sizes 32/64/128, the K pass scores 16 tokens per head at once and sums them
- * with one transposing reduction, the V pass walks the blocks once through
- * register tiles (accumulators kept in `out` between blocks), and both passes
- * prefetch blocks ahead into L2 (the blocks are scattered, so the hardware
- * prefetcher stops at every block edge). AVX2+FMA (EPYCs before Zen 4) does the
- * same on 8 lanes: 8 tokens per head, V tiles sized to its 16 registers, the
- * next block prefetched. Otherwise portable loops do the same arithmetic (with
- * libm's expf).
+ * sizes 32/64/128, the K pass scores 16 tokens of a head (or 8 of two heads
+ * sharing the K loads) at once and sums them with one transposing reduction,
+ * the V pass walks the blocks once through register tiles (accumulators kept
+ * in `out` between blocks), and both passes prefetch blocks ahead into L2 (the
+ * blocks are scattered, so the hardware prefetcher stops at every block edge).
+ * AVX2+FMA (EPYCs before Zen 4) does the same on 8 lanes: 8 tokens per head,
+ * V tiles sized to its 16 registers, the next block prefetched. Otherwise
+ * portable loops do the same arithmetic (with libm's expf).
  */
 #include <math.h>
 #include <stdint.h>
@@ -287,7 +287,8 @@ static inline __attribute__((always_inline)) void score_heads16(
  * and a weight per head fit the 32 registers. As on AVX2 the accumulators live in `out`
  * between blocks (a load and a store per block), so V crosses memory once, block by block,
  * where accumulating over the whole context per head group read it once per group (1.1-1.3x
- * as long in all at batch 128). Every row also prefetches its row of the tile `next` rows on.
+ * as long in all at batch 128). With `next` (the tile's place in the block ahead), each row
+ * also prefetches its row there, all kvs KV heads' worth.
  */
 static inline __attribute__((always_inline)) void value_tile16(
     const float *restrict rows, int n, int64_t token_stride, const float *restrict probs,
@@ -332,8 +333,8 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
     const int dist = blocks_ahead(block_stride);
     /* heads of a group scored together (score_heads16); at head size 32 the reduction, not
        the loads, bounds the pass, and 2 heads were no faster than 1 */
-    const int heads = group % 2 == 0 && head_dim >= 64 ? 2 : 1;
-    const int tokens = 16 / heads;
+    const int kheads = group % 2 == 0 && head_dim >= 64 ? 2 : 1;
+    const int tokens = 16 / kheads;
     /*
      * Every 16 rows scored prefetch the same rows of the block `dist` ahead, each call its
      * `share` (floats, whole lines): spread over the calls, the prefetches leave the loads in
@@ -342,7 +343,7 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
      * prefetches themselves (with K in cache they compete with its loads).
      */
     const int chunk = block_size < 16 ? block_size : 16;
-    const int calls = num_kv_heads * ((chunk + tokens - 1) / tokens) * (group / heads);
+    const int calls = num_kv_heads * ((chunk + tokens - 1) / tokens) * (group / kheads);
     const int64_t share = ((chunk * token_stride + 15) / 16 + calls - 1) / calls * 16;
     /* the blocks before the first `dist` ahead, which no block prefetches */
     for (int j = 1; j < dist && j < num_blocks; j++)
@@ -366,7 +367,7 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
                 int64_t row[16];
                 for (int u = 0; u < tokens; u++) row[u] = (t + (u < m ? u : 0)) * token_stride;
                 for (int kh = 0; kh < num_kv_heads; kh++) {
-                    for (int g = 0; g < group; g += heads) {
+                    for (int g = 0; g < group; g += kheads) {
                         if (ahead != NULL) {
                             const int64_t end =
                                 at + share < ahead_floats ? at + share : ahead_floats;
@@ -376,7 +377,7 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
                         const float *qh = q + (int64_t)h * head_dim;
                         const float *rows = block + (int64_t)kh * head_dim;
                         float *s = scores + (int64_t)h * ctx + first + t;
-                        if (heads == 2)
+                        if (kheads == 2)
                             score_heads16(qh, rows, row, lanes, s, ctx, head_dim, scale, 2);
                         else
                             score_heads16(qh, rows, row, lanes, s, ctx, head_dim, scale, 1);
