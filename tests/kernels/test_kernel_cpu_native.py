@@ -30,19 +30,6 @@ requires_native = pytest.mark.skipif(
     reason="no C compiler here (in CI the kernel must build)",
 )
 
-# extra compiler flags per build: None is the engine's own library (load())
-BUILDS = {"native": None, "avx2": ["-mno-avx512f"], "portable": ["-mno-avx2"]}
-
-
-@pytest.fixture(scope="module", params=list(BUILDS))
-def library(request: pytest.FixtureRequest) -> ctypes.CDLL | None:
-    flags = BUILDS[request.param]
-    if flags is None:
-        return None
-    if not {"avx2", "fma"} <= set(native_decode._cpu_flags().split()):
-        pytest.skip("no AVX2+FMA here: this build switches x86 SIMD features off a CPU with them")
-    return native_decode.open_library(native_decode.build(extra=flags))
-
 
 def _case(
     lens: list[int], heads: int, kv_heads: int, head_dim: int, block_size: int, seed: int
@@ -91,13 +78,13 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 )
 @pytest.mark.parametrize("block_size", [16, 5])
 def test_native_decode_matches_float64_reference(
-    heads: int, kv_heads: int, head_dim: int, block_size: int, library: ctypes.CDLL | None
+    heads: int, kv_heads: int, head_dim: int, block_size: int, native_build: ctypes.CDLL | None
 ) -> None:
     lens = [1, block_size, block_size + 1, 2 * block_size - 1, 37, 300, 3]
     q, k, v, tables, ctx = _case(lens, heads, kv_heads, head_dim, block_size, seed=heads)
     for scale in (head_dim**-0.5, 1.0):  # 1.0: peaked softmax, large exponents
         ref = paged_decode_attention(q.double(), k.double(), v.double(), tables, ctx, scale)
-        out = native_decode.paged_decode_attention(q, k, v, tables, ctx, scale, library)
+        out = native_decode.paged_decode_attention(q, k, v, tables, ctx, scale, native_build)
         assert out.dtype == torch.float32 and out.shape == q.shape
         assert _rel_err(out, ref) < 1e-5, f"scale {scale}"
         for i in range(len(lens)):  # each sequence on its own, not just the batch norm
@@ -105,14 +92,14 @@ def test_native_decode_matches_float64_reference(
 
 
 @requires_native
-def test_native_decode_does_not_depend_on_the_batch(library: ctypes.CDLL | None) -> None:
+def test_native_decode_does_not_depend_on_the_batch(native_build: ctypes.CDLL | None) -> None:
     """A sequence's output is the same alone and in a batch: batching never changes a token."""
     lens = [5, 64, 200, 17]
     q, k, v, tables, ctx = _case(lens, 8, 2, 64, 16, seed=7)
-    batched = native_decode.paged_decode_attention(q, k, v, tables, ctx, 0.125, library)
+    batched = native_decode.paged_decode_attention(q, k, v, tables, ctx, 0.125, native_build)
     for i in range(len(lens)):
         alone = native_decode.paged_decode_attention(
-            q[i : i + 1], k, v, tables[i : i + 1].contiguous(), ctx[i : i + 1], 0.125, library
+            q[i : i + 1], k, v, tables[i : i + 1].contiguous(), ctx[i : i + 1], 0.125, native_build
         )
         assert torch.equal(alone[0], batched[i])
 
