@@ -204,9 +204,9 @@ int hydrant_silu_lanes(void) {
 #endif
 }
 
-void hydrant_silu_and_mul_f32(const float *x, int64_t x_stride, float *out, int rows,
-                              int inter) {
-    for (int r = 0; r < rows; r++) {
+static void silu_rows(const float *x, int64_t x_stride, float *out, int first, int last,
+                      int inter) {
+    for (int r = first; r < last; r++) {
         const float *restrict gate = x + (int64_t)r * x_stride;
         const float *restrict up = gate + inter;
         float *restrict o = out + (int64_t)r * inter;
@@ -216,6 +216,21 @@ void hydrant_silu_and_mul_f32(const float *x, int64_t x_stride, float *out, int 
             V_STORE(o + i, V_MUL(silu_lanes(V_LOAD(gate + i)), V_LOAD(up + i)));
 #endif
         for (; i < inter; i++) o[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    }
+}
+
+void hydrant_silu_and_mul_f32(const float *x, int64_t x_stride, float *out, int rows,
+                              int inter, int num_threads) {
+    const int threads = threads_for((int64_t)rows * inter, num_threads);
+    if (threads == 1) {
+        silu_rows(x, x_stride, out, 0, rows, inter);
+        return;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        silu_rows(x, x_stride, out, (int)((int64_t)rows * t / n),
+                  (int)((int64_t)rows * (t + 1) / n), inter);
     }
 }
 

@@ -134,6 +134,21 @@ def test_silu_and_mul_matches_pytorch(build: ctypes.CDLL, rows: int, inter: int)
     assert _close(native_elementwise.silu_and_mul(x), elementwise.silu_and_mul(x), 1e-6)
 
 
+def test_silu_and_mul_splits_large_calls_over_threads(build: ctypes.CDLL) -> None:
+    x = torch.randn(300, 2 * 1100) * 4  # prefill-sized: over the one-thread size
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = native_elementwise.silu_and_mul(x)
+    finally:
+        torch.set_num_threads(previous)
+    want = elementwise.silu_and_mul(x)
+    if build.hydrant_silu_lanes():
+        assert _close(got, want, 1e-6)
+    else:  # libm's exp per element: large calls are PyTorch's own
+        assert torch.equal(got, want)
+
+
 def test_silu_computes_in_vector_lanes_where_the_build_has_them(
     build: ctypes.CDLL, request: pytest.FixtureRequest
 ) -> None:
