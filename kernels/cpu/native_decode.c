@@ -20,8 +20,8 @@
  * in `out` between blocks), and both passes prefetch blocks ahead into L2 (the
  * blocks are scattered, so the hardware prefetcher stops at every block edge).
  * AVX2+FMA (EPYCs before Zen 4) does the same on 8 lanes: 8 tokens per head,
- * V tiles sized to its 16 registers, the next block prefetched. Otherwise
- * portable loops do the same arithmetic (with libm's expf).
+ * V tiles sized to its 16 registers, the same prefetch distance and a vector
+ * row max. Otherwise portable loops do the same arithmetic (with libm's expf).
  */
 #include <math.h>
 #include <stdint.h>
@@ -141,6 +141,22 @@ static inline float exp_shifted(float *restrict s, int n, float m) {
     }
     return hsum8(total);
 }
+
+/* The largest of s[0, n) on 8 lanes (the scalar loop does not vectorise; as on AVX-512). */
+static inline float row_max(const float *restrict s, int n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int t = 0;
+    for (; t + 8 <= n; t += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + t));
+    if (t < n) { /* lanes past n keep m: no read past the row */
+        const __m256i lanes = lanes_below(n - t);
+        m = _mm256_max_ps(m, _mm256_blendv_ps(m, _mm256_maskload_ps(s + t, lanes),
+                                              _mm256_castsi256_ps(lanes)));
+    }
+    __m128 r = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
 #else
 static inline float exp_shifted(float *restrict s, int n, float m) {
     float sum = 0.0f;
@@ -152,7 +168,7 @@ static inline float exp_shifted(float *restrict s, int n, float m) {
 }
 #endif
 
-#if !defined(__AVX512F__)
+#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
 static inline float row_max(const float *restrict s, int n) {
     float m = -INFINITY;
     for (int t = 0; t < n; t++) m = s[t] > m ? s[t] : m;
@@ -236,7 +252,7 @@ static inline __attribute__((always_inline)) void attend_sequence(
     memcpy(out, acc, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 /*
  * Blocks to prefetch ahead: at least 16 KiB. One block ahead is too close when blocks are
  * small: at head size 32 with 2 KV heads a block (4 KiB) is scored in less time than the
@@ -247,7 +263,9 @@ static inline int blocks_ahead(int64_t block_stride) {
     const int64_t blocks = 4096 / block_stride; /* 16 KiB of floats */
     return blocks > 1 ? (int)blocks : 1;
 }
+#endif
 
+#if defined(__AVX512F__)
 /*
  * Scores of `heads` heads of one KV head (1 or 2) for up to 16 / heads tokens:
  * s[g * ctx + t] = scale * q_g . k_t, with `q` and `s` at the first head. Their 16
@@ -468,13 +486,19 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
  */
 static inline __attribute__((always_inline)) void score_tokens8(
     const float *restrict q, const float *restrict rows, int64_t token_stride, int n,
-    float *restrict scores, int ctx, int num_heads, int group, const int head_dim, float scale) {
+    float *restrict scores, int ctx, int num_heads, int group, const int head_dim, float scale,
+    const float *ahead, int64_t ahead_floats, int64_t share) {
     const int vecs = head_dim / 8;
+    int64_t at = 0; /* floats of `ahead` prefetched, `share` more before each head */
     const __m256 vscale = _mm256_set1_ps(scale);
     /* rows past n read row 0 again (valid memory) and are not stored: no branch per token */
     int64_t row[8];
     for (int u = 0; u < 8; u++) row[u] = (u < n ? u : 0) * token_stride;
     for (int h = 0; h < num_heads; h++) {
+        if (ahead != NULL) {
+            const int64_t end = at + share < ahead_floats ? at + share : ahead_floats;
+            for (; at < end; at += 16) __builtin_prefetch(ahead + at, 0, 2);
+        }
         const float *qh = q + (int64_t)h * head_dim;
         const float *kh = rows + (int64_t)(h / group) * head_dim;
         __m256 acc[8];
@@ -530,21 +554,28 @@ static inline __attribute__((always_inline)) void attend_sequence_avx2(
     const int group = num_heads / num_kv_heads;
     const int64_t token_stride = (int64_t)num_kv_heads * head_dim;
     const int64_t block_stride = token_stride * block_size;
-    for (int first = 0; first < ctx; first += block_size) {
-        const float *block = k_cache + (int64_t)table[first / block_size] * block_stride;
+    const int num_blocks = (ctx + block_size - 1) / block_size;
+    const int dist = blocks_ahead(block_stride);
+    /* Every 8 rows scored prefetch the same rows of the block `dist` ahead, `share` floats
+       (whole lines) before each head: spread over the heads as on AVX-512 (all at once,
+       the prefetches hold the miss buffers the loads in use need) */
+    const int64_t share = ((8 * token_stride + 15) / 16 + num_heads - 1) / num_heads * 16;
+    /* the blocks before the first `dist` ahead, which no block prefetches */
+    for (int j = 1; j < dist && j < num_blocks; j++)
+        prefetch_row(k_cache + (int64_t)table[j] * block_stride, block_stride);
+    for (int j = 0; j < num_blocks; j++) {
+        const float *block = k_cache + (int64_t)table[j] * block_stride;
+        const int first = j * block_size;
         const int n = ctx - first < block_size ? ctx - first : block_size;
-        const float *next = first + block_size < ctx
-                                ? k_cache + (int64_t)table[first / block_size + 1] * block_stride
-                                : NULL;
+        const float *next =
+            j + dist < num_blocks ? k_cache + (int64_t)table[j + dist] * block_stride : NULL;
         for (int i = 0; i < n; i += 8) {
-            /* the next block's rows while these are scored: the scattered blocks stop the
-               hardware prefetcher at each block edge (most of the time at batch 128) */
-            if (next != NULL)
-                for (int u = 0; u < 8 && i + u < block_size; u++)
-                    prefetch_row(next + (int64_t)(i + u) * token_stride, token_stride);
+            const float *ahead = next != NULL ? next + (int64_t)i * token_stride : NULL;
+            const int64_t ahead_floats =
+                (int64_t)(block_size - i < 8 ? block_size - i : 8) * token_stride;
             score_tokens8(q, block + (int64_t)i * token_stride, token_stride,
                           n - i < 8 ? n - i : 8, scores + first + i, ctx, num_heads, group,
-                          head_dim, scale);
+                          head_dim, scale, ahead, ahead_floats, share);
         }
     }
     softmax_rows(scores, ctx, num_heads);
@@ -559,12 +590,14 @@ static inline __attribute__((always_inline)) void attend_sequence_avx2(
     const int passes = (group + 2) / 3;
     const int per_pass = (group + passes - 1) / passes;
     memset(out, 0, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
-    for (int first = 0; first < ctx; first += block_size) {
-        const float *block = v_cache + (int64_t)table[first / block_size] * block_stride;
+    for (int j = 1; j < dist && j < num_blocks; j++)
+        prefetch_row(v_cache + (int64_t)table[j] * block_stride, block_stride);
+    for (int j = 0; j < num_blocks; j++) {
+        const float *block = v_cache + (int64_t)table[j] * block_stride;
+        const int first = j * block_size;
         const int n = ctx - first < block_size ? ctx - first : block_size;
-        const float *next = first + block_size < ctx
-                                ? v_cache + (int64_t)table[first / block_size + 1] * block_stride
-                                : NULL;
+        const float *next =
+            j + dist < num_blocks ? v_cache + (int64_t)table[j + dist] * block_stride : NULL;
         for (int kh = 0; kh < num_kv_heads; kh++) {
             for (int g0 = 0; g0 < group; g0 += per_pass) {
                 const int heads = group - g0 < per_pass ? group - g0 : per_pass;
@@ -573,7 +606,7 @@ static inline __attribute__((always_inline)) void attend_sequence_avx2(
                 for (int c = 0; c < vecs; c += cvecs) {
                     const float *rows = block + (int64_t)kh * head_dim + 8 * c;
                     float *o = out + (int64_t)h * head_dim + 8 * c;
-                    /* a KV head's first tile fetches its row in the next block */
+                    /* a KV head's first tile fetches its rows in the block `dist` ahead */
                     const float *ahead = next != NULL && g0 == 0 && c == 0
                                              ? next + (int64_t)kh * head_dim
                                              : NULL;
