@@ -634,36 +634,27 @@ static void attend_sequence_any(const float *q, const float *k_cache, const floa
                                 float *acc, int num_heads, int num_kv_heads, int head_dim,
                                 int block_size, float scale) {
 #if defined(__AVX512F__)
-    if (head_dim == 32) {
-        attend_sequence_avx512(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
-                               num_kv_heads, 32, block_size, scale);
-        return;
-    }
-    if (head_dim == 64) {
-        attend_sequence_avx512(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
-                               num_kv_heads, 64, block_size, scale);
-        return;
-    }
-    if (head_dim == 128) {
-        attend_sequence_avx512(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
-                               num_kv_heads, 128, block_size, scale);
-        return;
-    }
+#define ATTEND_SEQUENCE_SIMD attend_sequence_avx512
 #elif defined(__AVX2__) && defined(__FMA__)
-    if (head_dim == 32) {
-        attend_sequence_avx2(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
-                             num_kv_heads, 32, block_size, scale);
-        return;
-    }
-    if (head_dim == 64) {
-        attend_sequence_avx2(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
-                             num_kv_heads, 64, block_size, scale);
-        return;
-    }
-    if (head_dim == 128) {
-        attend_sequence_avx2(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
-                             num_kv_heads, 128, block_size, scale);
-        return;
+#define ATTEND_SEQUENCE_SIMD attend_sequence_avx2
+#endif
+#ifdef ATTEND_SEQUENCE_SIMD
+    /* the SIMD path for the head sizes it specialises (a compile-time head_dim each) */
+    switch (head_dim) {
+        case 32:
+            ATTEND_SEQUENCE_SIMD(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                                 num_kv_heads, 32, block_size, scale);
+            return;
+        case 64:
+            ATTEND_SEQUENCE_SIMD(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                                 num_kv_heads, 64, block_size, scale);
+            return;
+        case 128:
+            ATTEND_SEQUENCE_SIMD(q, k_cache, v_cache, table, ctx, out, scores, num_heads,
+                                 num_kv_heads, 128, block_size, scale);
+            return;
+        default:
+            break;
     }
 #endif
     switch (head_dim) {
