@@ -263,6 +263,34 @@ static inline int blocks_ahead(int64_t block_stride) {
     const int64_t blocks = 4096 / block_stride; /* 16 KiB of floats */
     return blocks > 1 ? (int)blocks : 1;
 }
+
+/* Block j of a sequence in one cache: its rows, its first position, the positions it
+   holds, and the rows of the block `dist` ahead that it prefetches (NULL past the last). */
+typedef struct {
+    const float *rows;
+    const float *ahead;
+    int first;
+    int n;
+} SeqBlock;
+
+static inline SeqBlock seq_block(const float *cache, const int32_t *table, int j, int dist,
+                                 int num_blocks, int ctx, int block_size, int64_t block_stride) {
+    const int first = j * block_size;
+    const SeqBlock b = {
+        .rows = cache + (int64_t)table[j] * block_stride,
+        .ahead = j + dist < num_blocks ? cache + (int64_t)table[j + dist] * block_stride : NULL,
+        .first = first,
+        .n = ctx - first < block_size ? ctx - first : block_size,
+    };
+    return b;
+}
+
+/* Blocks 1 .. dist-1 of a sequence: the ones no earlier block prefetches. */
+static inline void prefetch_leading_blocks(const float *cache, const int32_t *table, int dist,
+                                           int num_blocks, int64_t block_stride) {
+    for (int j = 1; j < dist && j < num_blocks; j++)
+        prefetch_row(cache + (int64_t)table[j] * block_stride, block_stride);
+}
 #endif
 
 #if defined(__AVX512F__)
@@ -363,24 +391,19 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
     const int chunk = block_size < 16 ? block_size : 16;
     const int calls = num_kv_heads * ((chunk + tokens - 1) / tokens) * (group / kheads);
     const int64_t share = ((chunk * token_stride + 15) / 16 + calls - 1) / calls * 16;
-    /* the blocks before the first `dist` ahead, which no block prefetches */
-    for (int j = 1; j < dist && j < num_blocks; j++)
-        prefetch_row(k_cache + (int64_t)table[j] * block_stride, block_stride);
+    prefetch_leading_blocks(k_cache, table, dist, num_blocks, block_stride);
     for (int j = 0; j < num_blocks; j++) {
-        const float *block = k_cache + (int64_t)table[j] * block_stride;
-        const int first = j * block_size;
-        const int n = ctx - first < block_size ? ctx - first : block_size;
-        const float *next =
-            j + dist < num_blocks ? k_cache + (int64_t)table[j + dist] * block_stride : NULL;
-        for (int i = 0; i < n; i += 16) {
-            const float *ahead = next != NULL ? next + (int64_t)i * token_stride : NULL;
+        const SeqBlock b =
+            seq_block(k_cache, table, j, dist, num_blocks, ctx, block_size, block_stride);
+        for (int i = 0; i < b.n; i += 16) {
+            const float *ahead = b.ahead != NULL ? b.ahead + (int64_t)i * token_stride : NULL;
             const int64_t ahead_floats =
                 (int64_t)(block_size - i < 16 ? block_size - i : 16) * token_stride;
             int64_t at = 0; /* floats of `ahead` prefetched */
-            for (int t = i; t < i + 16 && t < n; t += tokens) {
-                const int m = n - t < tokens ? n - t : tokens;
+            for (int t = i; t < i + 16 && t < b.n; t += tokens) {
+                const int m = b.n - t < tokens ? b.n - t : tokens;
                 const __mmask16 lanes = (__mmask16)((1u << m) - 1);
-                /* rows past n read row t again (valid memory) and are not stored: no branch
+                /* rows past b.n read row t again (valid memory) and are not stored: no branch
                    per token */
                 int64_t row[16];
                 for (int u = 0; u < tokens; u++) row[u] = (t + (u < m ? u : 0)) * token_stride;
@@ -393,8 +416,8 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
                         }
                         const int h = kh * group + g;
                         const float *qh = q + (int64_t)h * head_dim;
-                        const float *rows = block + (int64_t)kh * head_dim;
-                        float *s = scores + (int64_t)h * ctx + first + t;
+                        const float *rows = b.rows + (int64_t)kh * head_dim;
+                        float *s = scores + (int64_t)h * ctx + b.first + t;
                         if (kheads == 2)
                             score_heads16(qh, rows, row, lanes, s, ctx, head_dim, scale, 2);
                         else
@@ -418,29 +441,25 @@ static inline __attribute__((always_inline)) void attend_sequence_avx512(
     const int passes = (group + max_heads - 1) / max_heads;
     const int per_pass = (group + passes - 1) / passes;
     memset(out, 0, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
-    for (int j = 1; j < dist && j < num_blocks; j++)
-        prefetch_row(v_cache + (int64_t)table[j] * block_stride, block_stride);
+    prefetch_leading_blocks(v_cache, table, dist, num_blocks, block_stride);
     for (int j = 0; j < num_blocks; j++) {
-        const float *block = v_cache + (int64_t)table[j] * block_stride;
-        const int first = j * block_size;
-        const int n = ctx - first < block_size ? ctx - first : block_size;
-        const float *next =
-            j + dist < num_blocks ? v_cache + (int64_t)table[j + dist] * block_stride : NULL;
+        const SeqBlock b =
+            seq_block(v_cache, table, j, dist, num_blocks, ctx, block_size, block_stride);
         for (int kh = 0; kh < num_kv_heads; kh += kvs) {
             const int pair = kvs == 2 && kh + 1 < num_kv_heads;
             for (int g0 = 0; g0 < group; g0 += per_pass) {
                 const int heads = group - g0 < per_pass ? group - g0 : per_pass;
                 const int h = kh * group + g0;
-                const float *probs = scores + (int64_t)h * ctx + first;
+                const float *probs = scores + (int64_t)h * ctx + b.first;
                 for (int c = 0; c < vecs; c += cvecs) {
-                    const float *rows = block + (int64_t)kh * head_dim + 16 * c;
+                    const float *rows = b.rows + (int64_t)kh * head_dim + 16 * c;
                     float *o = out + (int64_t)h * head_dim + 16 * c;
-                    /* the first tile of a KV head (or pair) fetches its rows in `next` */
-                    const float *ahead = next != NULL && g0 == 0 && c == 0
-                                             ? next + (int64_t)kh * head_dim
+                    /* the first tile of a KV head (or pair) fetches its rows in `b.ahead` */
+                    const float *ahead = b.ahead != NULL && g0 == 0 && c == 0
+                                             ? b.ahead + (int64_t)kh * head_dim
                                              : NULL;
 #define VALUE_TILE(K, H, C) \
-    value_tile16(rows, n, token_stride, probs, ctx, o, ahead, head_dim, group, K, H, C)
+    value_tile16(rows, b.n, token_stride, probs, ctx, o, ahead, head_dim, group, K, H, C)
                     if (pair) { /* group * vecs <= 8: one pass, one column tile */
                         switch (group * 16 + vecs) {
                             case 16 + 2: VALUE_TILE(2, 1, 2); break;
@@ -560,22 +579,17 @@ static inline __attribute__((always_inline)) void attend_sequence_avx2(
        (whole lines) before each head: spread over the heads as on AVX-512 (all at once,
        the prefetches hold the miss buffers the loads in use need) */
     const int64_t share = ((8 * token_stride + 15) / 16 + num_heads - 1) / num_heads * 16;
-    /* the blocks before the first `dist` ahead, which no block prefetches */
-    for (int j = 1; j < dist && j < num_blocks; j++)
-        prefetch_row(k_cache + (int64_t)table[j] * block_stride, block_stride);
+    prefetch_leading_blocks(k_cache, table, dist, num_blocks, block_stride);
     for (int j = 0; j < num_blocks; j++) {
-        const float *block = k_cache + (int64_t)table[j] * block_stride;
-        const int first = j * block_size;
-        const int n = ctx - first < block_size ? ctx - first : block_size;
-        const float *next =
-            j + dist < num_blocks ? k_cache + (int64_t)table[j + dist] * block_stride : NULL;
-        for (int i = 0; i < n; i += 8) {
-            const float *ahead = next != NULL ? next + (int64_t)i * token_stride : NULL;
+        const SeqBlock b =
+            seq_block(k_cache, table, j, dist, num_blocks, ctx, block_size, block_stride);
+        for (int i = 0; i < b.n; i += 8) {
+            const float *ahead = b.ahead != NULL ? b.ahead + (int64_t)i * token_stride : NULL;
             const int64_t ahead_floats =
                 (int64_t)(block_size - i < 8 ? block_size - i : 8) * token_stride;
-            score_tokens8(q, block + (int64_t)i * token_stride, token_stride,
-                          n - i < 8 ? n - i : 8, scores + first + i, ctx, num_heads, group,
-                          head_dim, scale, ahead, ahead_floats, share);
+            score_tokens8(q, b.rows + (int64_t)i * token_stride, token_stride,
+                          b.n - i < 8 ? b.n - i : 8, scores + b.first + i, ctx, num_heads,
+                          group, head_dim, scale, ahead, ahead_floats, share);
         }
     }
     softmax_rows(scores, ctx, num_heads);
@@ -590,28 +604,24 @@ static inline __attribute__((always_inline)) void attend_sequence_avx2(
     const int passes = (group + 2) / 3;
     const int per_pass = (group + passes - 1) / passes;
     memset(out, 0, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
-    for (int j = 1; j < dist && j < num_blocks; j++)
-        prefetch_row(v_cache + (int64_t)table[j] * block_stride, block_stride);
+    prefetch_leading_blocks(v_cache, table, dist, num_blocks, block_stride);
     for (int j = 0; j < num_blocks; j++) {
-        const float *block = v_cache + (int64_t)table[j] * block_stride;
-        const int first = j * block_size;
-        const int n = ctx - first < block_size ? ctx - first : block_size;
-        const float *next =
-            j + dist < num_blocks ? v_cache + (int64_t)table[j + dist] * block_stride : NULL;
+        const SeqBlock b =
+            seq_block(v_cache, table, j, dist, num_blocks, ctx, block_size, block_stride);
         for (int kh = 0; kh < num_kv_heads; kh++) {
             for (int g0 = 0; g0 < group; g0 += per_pass) {
                 const int heads = group - g0 < per_pass ? group - g0 : per_pass;
                 const int h = kh * group + g0;
-                const float *probs = scores + (int64_t)h * ctx + first;
+                const float *probs = scores + (int64_t)h * ctx + b.first;
                 for (int c = 0; c < vecs; c += cvecs) {
-                    const float *rows = block + (int64_t)kh * head_dim + 8 * c;
+                    const float *rows = b.rows + (int64_t)kh * head_dim + 8 * c;
                     float *o = out + (int64_t)h * head_dim + 8 * c;
                     /* a KV head's first tile fetches its rows in the block `dist` ahead */
-                    const float *ahead = next != NULL && g0 == 0 && c == 0
-                                             ? next + (int64_t)kh * head_dim
+                    const float *ahead = b.ahead != NULL && g0 == 0 && c == 0
+                                             ? b.ahead + (int64_t)kh * head_dim
                                              : NULL;
 #define VALUE_TILE(H, C) \
-    value_tile(rows, n, token_stride, probs, ctx, o, ahead, head_dim, H, C)
+    value_tile(rows, b.n, token_stride, probs, ctx, o, ahead, head_dim, H, C)
                     if (cvecs == 8) {
                         VALUE_TILE(1, 8);
                     } else {
