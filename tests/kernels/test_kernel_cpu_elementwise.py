@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from kernel_testing import rel_error
 
 from hydrant.kernels.cpu import attention, elementwise, native_elementwise
 from hydrant.kernels.errors import KernelArgumentError
@@ -37,10 +38,6 @@ def build(
     native_elementwise._silu_max_floats.cache_clear()
     yield declared
     native_elementwise._silu_max_floats.cache_clear()
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-6) -> bool:
-    return float((a - b).norm() / b.norm().clamp_min(1e-30)) < tol
 
 
 def _fused_qkv(tokens: int, heads: int, kv_heads: int, head_dim: int, seed: int) -> tuple:
@@ -69,7 +66,7 @@ def test_rms_norm_matches_pytorch(
     residual = torch.randn(rows, hidden, generator=gen) if with_residual else None
     normed, total = native_elementwise.rms_norm(x, weight, 1e-5, residual)
     ref_normed, ref_total = elementwise.rms_norm(x, weight, 1e-5, residual)
-    assert _close(normed, ref_normed)
+    assert rel_error(normed, ref_normed) < 1e-6
     if residual is None:
         assert total is x  # the stream is the input itself, as in PyTorch's op
     else:
@@ -87,7 +84,7 @@ def test_rms_norm_splits_large_calls_over_threads(build: ctypes.CDLL) -> None:
     finally:
         torch.set_num_threads(previous)
     ref_normed, ref_total = elementwise.rms_norm(x, weight, 1e-6, residual)
-    assert _close(normed, ref_normed) and torch.equal(total, ref_total)
+    assert rel_error(normed, ref_normed) < 1e-6 and torch.equal(total, ref_total)
 
 
 @pytest.mark.parametrize(
@@ -110,7 +107,7 @@ def test_rope_matches_pytorch_on_the_engines_views(
     finally:
         torch.set_num_threads(previous)
     ref_q, ref_k = elementwise.rotary_embedding(positions, q, k, table)
-    assert _close(q_out, ref_q) and _close(k_out, ref_k)
+    assert rel_error(q_out, ref_q) < 1e-6 and rel_error(k_out, ref_k) < 1e-6
     assert q_out.is_contiguous() and k_out.is_contiguous()
 
 
@@ -131,7 +128,7 @@ def test_silu_and_mul_matches_pytorch(build: ctypes.CDLL, rows: int, inter: int)
     gen = torch.Generator().manual_seed(inter)
     x = torch.randn(rows, 2 * inter, generator=gen) * 4
     x[0, :4] = torch.tensor([100.0, -100.0, 90.0, -90.0])  # past the exp's clamp both ways
-    assert _close(native_elementwise.silu_and_mul(x), elementwise.silu_and_mul(x), 1e-6)
+    assert rel_error(native_elementwise.silu_and_mul(x), elementwise.silu_and_mul(x)) < 1e-6
 
 
 def test_silu_and_mul_splits_large_calls_over_threads(build: ctypes.CDLL) -> None:
@@ -144,7 +141,7 @@ def test_silu_and_mul_splits_large_calls_over_threads(build: ctypes.CDLL) -> Non
         torch.set_num_threads(previous)
     want = elementwise.silu_and_mul(x)
     if build.hydrant_silu_lanes():
-        assert _close(got, want, 1e-6)
+        assert rel_error(got, want) < 1e-6
     else:  # libm's exp per element: large calls are PyTorch's own
         assert torch.equal(got, want)
 
