@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kernel_testing import rel_error
 from torch import nn
 
 from hydrant.kernels.cpu import native_decode
@@ -55,10 +56,6 @@ def _case(
     return q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32)
 
 
-def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.double() - ref).norm() / ref.norm())
-
-
 @requires_native
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "head_dim"),
@@ -86,9 +83,9 @@ def test_native_decode_matches_float64_reference(
         ref = paged_decode_attention(q.double(), k.double(), v.double(), tables, ctx, scale)
         out = native_decode.paged_decode_attention(q, k, v, tables, ctx, scale, native_build)
         assert out.dtype == torch.float32 and out.shape == q.shape
-        assert _rel_err(out, ref) < 1e-5, f"scale {scale}"
+        assert rel_error(out, ref) < 1e-5, f"scale {scale}"
         for i in range(len(lens)):  # each sequence on its own, not just the batch norm
-            assert _rel_err(out[i], ref[i]) < 1e-5, f"sequence {i} (len {lens[i]})"
+            assert rel_error(out[i], ref[i]) < 1e-5, f"sequence {i} (len {lens[i]})"
 
 
 @requires_native
