@@ -13,9 +13,20 @@ row count, when it builds a primitive) outweighs its faster inner loops below
 about half a million weights (a 128-wide demo model runs 3x slower on it),
 so only weights of at least `MIN_ONEDNN_WEIGHTS` elements switch.
 
-The oneDNN entry point (`torch.ops.mkldnn._linear_pointwise`, the one
-Inductor's CPU backend emits) is not public API, so it is probed once: if it
-is missing or disagrees with `F.linear`, the model keeps `F.linear`.
+Weights are packed once, when the model is bound, into the blocked layout
+oneDNN's kernels read (`torch.ops.mkldnn._reorder_linear_weight`, what
+Inductor's freezing pass does; vLLM's CPU build does the same through its own
+oneDNN handler). Unpacked, oneDNN reorders the plain weight on every call:
+at decode row counts (4-64) that reorder is most of the call, and packing
+makes the 100M model's linears 1.3-2.7x faster there (gate/up at 16 rows
+1.09 -> 0.58 ms on this machine); at prefill sizes a few per cent. The
+packed tensor replaces the plain one (no second copy of the weights); the
+state dict still holds plain tensors.
+
+The oneDNN entry points (`_linear_pointwise` and `_reorder_linear_weight`,
+the ones Inductor's CPU backend emits) are not public API, so they are probed
+once: if the linear is missing or disagrees with `F.linear`, the model keeps
+`F.linear`; if only packing fails, the linears run oneDNN on plain weights.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +43,9 @@ from torch import nn
 logger = logging.getLogger(__name__)
 
 MIN_ONEDNN_WEIGHTS = 1 << 19
+# the row count oneDNN chooses the packed layout for; it serves every row count (at 8,192
+# rows within 2 % of a layout packed for 8,192), and decode steps are where packing pays
+PACK_ROWS_HINT = 16
 
 
 def onednn_linear(
@@ -62,6 +77,34 @@ def onednn_available() -> bool:
     return ok
 
 
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [out, in] in oneDNN's blocked layout: an opaque tensor `onednn_linear` takes
+    in place of the plain weight (`.to_dense()` gives the plain one back)."""
+    packed: torch.Tensor = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT)
+    return packed
+
+
+@cache
+def packing_available() -> bool:
+    """True when weights can be packed here and the packed linear matches `F.linear`."""
+    if not onednn_available():
+        return False
+    try:
+        gen = torch.Generator().manual_seed(1)
+        x = torch.randn(3, 48, generator=gen)
+        weight = torch.randn(40, 48, generator=gen)
+        with torch.inference_mode():
+            packed = pack_weight(weight)
+            ok = torch.allclose(onednn_linear(x, packed), F.linear(x, weight), atol=1e-4)
+            ok = ok and torch.equal(packed.to_dense(), weight)
+    except (RuntimeError, AttributeError) as exc:
+        logger.info("oneDNN weight packing unavailable (%s); linears read plain weights", exc)
+        return False
+    if not ok:
+        logger.warning("oneDNN packed linear disagrees with F.linear; linears read plain weights")
+    return ok
+
+
 def worth_onednn(weight: torch.Tensor) -> bool:
     """A float32 CPU weight large enough that oneDNN's speed outweighs its per-call cost."""
     return (
@@ -78,24 +121,44 @@ def linear_for(weight: torch.Tensor) -> Callable[..., torch.Tensor]:
 
 
 class OneDnnLinear(nn.Linear):
-    """An `nn.Linear` (same parameters, same state dict) whose forward runs oneDNN."""
+    """An `nn.Linear` whose forward runs oneDNN, its weight usually packed (`pack_weight`).
+
+    The state dict is an `nn.Linear`'s: a packed weight is saved as the plain
+    tensor it came from, so saving or exporting a bound model sees no difference.
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return onednn_linear(x, self.weight, self.bias)
+
+    def _save_to_state_dict(
+        self, destination: dict[str, Any], prefix: str, keep_vars: bool
+    ) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        key = prefix + "weight"
+        weight = destination.get(key)
+        if isinstance(weight, torch.Tensor) and weight.is_mkldnn:
+            destination[key] = weight.to_dense()
 
 
 def use_onednn_linears(model: nn.Module) -> int:
     """Switch the model's large float32 CPU `nn.Linear`s to oneDNN in place; returns how many.
 
     Only modules whose class is exactly `nn.Linear` change (quantized linears
-    keep their own kernels). The class is swapped on the live module, so the
-    parameters, their names and any references to them stay as they are.
+    keep their own kernels). The class is swapped on the live module, so its
+    name and bias stay; the weight becomes a new parameter holding the packed
+    tensor (when packing works here), and the plain one is freed with its
+    last reference. Call it once the weights are final (after loading and
+    quantizing): a packed weight is read only by oneDNN.
     """
     if not onednn_available():
         return 0
+    pack = packing_available()
     swapped = 0
-    for module in model.modules():
-        if type(module) is nn.Linear and worth_onednn(module.weight):
-            module.__class__ = OneDnnLinear
-            swapped += 1
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module) is nn.Linear and worth_onednn(module.weight):
+                module.__class__ = OneDnnLinear
+                if pack:
+                    module.weight = nn.Parameter(pack_weight(module.weight), requires_grad=False)
+                swapped += 1
     return swapped

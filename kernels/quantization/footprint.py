@@ -23,7 +23,9 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     seen: set[tuple[int, int, torch.dtype, tuple[int, ...]]] = set()
     total = 0
     for t in tensors:
-        key = (t.data_ptr(), t.numel(), t.dtype, tuple(t.shape))
+        # an opaque (oneDNN-packed) tensor has no data pointer: it is its own storage
+        address = id(t) if t.is_mkldnn else t.data_ptr()
+        key = (address, t.numel(), t.dtype, tuple(t.shape))
         if t.device.type != "meta" and key in seen:
             continue
         seen.add(key)

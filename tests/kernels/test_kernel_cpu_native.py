@@ -19,12 +19,21 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from kernel_testing import rel_error
 from torch import nn
 
 from hydrant.kernels.cpu import native_decode
 from hydrant.kernels.cpu.attention import paged_decode_attention
-from hydrant.kernels.cpu.linear import OneDnnLinear, onednn_available, use_onednn_linears
+from hydrant.kernels.cpu.linear import (
+    PACK_ROWS_HINT,
+    OneDnnLinear,
+    onednn_available,
+    onednn_linear,
+    pack_weight,
+    packing_available,
+    use_onednn_linears,
+)
 
 requires_native = pytest.mark.skipif(
     not native_decode.available() and os.environ.get("CI") != "true",
@@ -163,8 +172,8 @@ def test_onednn_linears_match_f_linear_and_keep_the_state_dict() -> None:
     model = nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 256, bias=False))
     model.append(nn.Linear(256, 4096).to(torch.float64))  # not float32: left alone
     model.append(nn.Linear(256, 256))  # small: oneDNN's per-call cost would outweigh its speed
-    keys = list(model.state_dict())
-    weights = [p.data_ptr() for p in model.parameters()]
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    untouched = [p.data_ptr() for p in [*model[3].parameters(), *model[4].parameters()]]
     x = torch.randn(37, 256)
     with torch.inference_mode():
         expected = model[:3](x)
@@ -172,9 +181,40 @@ def test_onednn_linears_match_f_linear_and_keep_the_state_dict() -> None:
         assert type(model[0]) is OneDnnLinear and type(model[2]) is OneDnnLinear
         assert type(model[3]) is nn.Linear and type(model[4]) is nn.Linear
         got = model[:3](x)
-    assert list(model.state_dict()) == keys
-    assert [p.data_ptr() for p in model.parameters()] == weights  # same tensors, not copies
+        one_row = model[:3](x[:1])
     assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(one_row, expected[:1], atol=1e-5, rtol=1e-5)
+    if packing_available():  # packed in place of the plain weight, not beside it
+        assert model[0].weight.is_mkldnn and model[2].weight.is_mkldnn
+        assert model[0].bias is not None and not model[0].bias.is_mkldnn
+    assert [p.data_ptr() for p in [*model[3].parameters(), *model[4].parameters()]] == untouched
+    after = model.state_dict()
+    assert list(after) == list(before)
+    for key, value in before.items():  # the state dict holds the plain weights, unchanged
+        assert not after[key].is_mkldnn
+        assert torch.equal(after[key], value), key
+    fresh = nn.Linear(256, 2048)
+    fresh.load_state_dict({"weight": after["0.weight"], "bias": after["0.bias"]})
+    with torch.inference_mode():
+        assert torch.allclose(fresh(x), model[0](x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not packing_available(), reason="this torch build cannot pack oneDNN weights")
+def test_packed_weights_give_f_linear_at_every_row_count() -> None:
+    """The layout is packed for one row count (PACK_ROWS_HINT); decode, prefill and odd
+    row counts must all read it right, with and without a bias."""
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randn(1024, 512, generator=gen)
+    bias = torch.randn(1024, generator=gen)
+    packed = pack_weight(weight)
+    assert packed.shape == weight.shape and torch.equal(packed.to_dense(), weight)
+    with torch.inference_mode():
+        for rows in (1, 3, PACK_ROWS_HINT, 61, 700):
+            x = torch.randn(rows, 512, generator=gen)
+            for b in (None, bias):
+                want = F.linear(x, weight, b)
+                got = onednn_linear(x, packed, b)
+                assert torch.allclose(got, want, atol=1e-4, rtol=1e-5), (rows, b is None)
 
 
 def test_the_c_sources_are_package_data(tmp_path: Path) -> None:
