@@ -45,6 +45,7 @@ import torch
 
 from hydrant.engine.demo_model import write_demo_model
 from hydrant.engine.engine_config import EngineConfig
+from hydrant.engine.host_memory import retain_freed_memory
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.engine.sampling_params import SamplingParams
 from hydrant.engine.sequence import Request as EngineRequest
@@ -312,6 +313,8 @@ def main() -> None:
     )
     parser.add_argument("--no-vllm", action="store_true", help="leave vLLM's column out")
     args = parser.parse_args()
+    # as in a worker process (the engine as served); the transformers column shares it
+    retain_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
     count = 24 if args.quick else 200

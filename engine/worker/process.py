@@ -25,6 +25,7 @@ from types import FrameType
 
 import uvicorn
 
+from hydrant.engine.host_memory import retain_freed_memory
 from hydrant.engine.worker.app import create_worker_app
 from hydrant.engine.worker.registration import Registration, RegistryTarget
 from hydrant.engine.worker.runtime import WorkerOptions, WorkerRuntime
@@ -180,6 +181,7 @@ def run_worker(
     parent_pid: int | None = None,
 ) -> int:
     """The blocking entry point of `hydrant worker`; returns the exit code."""
+    retain_freed_memory()  # before any thread: they must all share the one arena
     sys.setswitchinterval(switch_interval_s())
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         return runner.run(serve_worker(options, registry, heartbeat_s, heartbeat_ttl_s, parent_pid))

@@ -106,6 +106,9 @@ def serve(
             extra={"models": children.registry.names()},
         )
     elif not settings.pool_mode:  # HYDRANT_EMBEDDED_ENGINE=thread: in this process
+        from hydrant.engine.host_memory import retain_freed_memory  # imports torch
+
+        retain_freed_memory()  # the engines' step activations, as in a worker process
         engines = load_embedded_engines(settings)
         share_gil_with_engines()  # the engines' step threads share this interpreter
     if children is not None:
