@@ -56,25 +56,34 @@ def onednn_linear(
     return out
 
 
+def _passes_probe(check: Callable[[torch.Generator], bool], what: str, instead: str) -> bool:
+    """Run `check` (seeded inputs, inference mode) once: False, logged, when the entry point
+    is missing or raises, or when its result disagrees with `F.linear`."""
+    try:
+        with torch.inference_mode():
+            ok = check(torch.Generator().manual_seed(0))
+    except (RuntimeError, AttributeError) as exc:
+        logger.info("%s unavailable (%s); %s", what, exc, instead)
+        return False
+    if not ok:
+        logger.warning("%s disagrees with F.linear; %s", what, instead)
+    return ok
+
+
 @cache
 def onednn_available() -> bool:
     """True when the oneDNN linear exists here and matches `F.linear` on a probe."""
     if not torch.backends.mkldnn.is_available():
         return False
-    try:
-        gen = torch.Generator().manual_seed(0)
+
+    def check(gen: torch.Generator) -> bool:
         x = torch.randn(5, 48, generator=gen)
         weight = torch.randn(40, 48, generator=gen)
         bias = torch.randn(40, generator=gen)
-        with torch.inference_mode():
-            got, want = onednn_linear(x, weight, bias), F.linear(x, weight, bias)
-        ok = torch.allclose(got, want, atol=1e-4)
-    except (RuntimeError, AttributeError) as exc:
-        logger.info("oneDNN linear unavailable (%s); float32 linears use F.linear", exc)
-        return False
-    if not ok:
-        logger.warning("oneDNN linear disagrees with F.linear; float32 linears use F.linear")
-    return ok
+        got, want = onednn_linear(x, weight, bias), F.linear(x, weight, bias)
+        return torch.allclose(got, want, atol=1e-4)
+
+    return _passes_probe(check, "oneDNN linear", "float32 linears use F.linear")
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -89,20 +98,15 @@ def packing_available() -> bool:
     """True when weights can be packed here and the packed linear matches `F.linear`."""
     if not onednn_available():
         return False
-    try:
-        gen = torch.Generator().manual_seed(1)
+
+    def check(gen: torch.Generator) -> bool:
         x = torch.randn(3, 48, generator=gen)
         weight = torch.randn(40, 48, generator=gen)
-        with torch.inference_mode():
-            packed = pack_weight(weight)
-            ok = torch.allclose(onednn_linear(x, packed), F.linear(x, weight), atol=1e-4)
-            ok = ok and torch.equal(packed.to_dense(), weight)
-    except (RuntimeError, AttributeError) as exc:
-        logger.info("oneDNN weight packing unavailable (%s); linears read plain weights", exc)
-        return False
-    if not ok:
-        logger.warning("oneDNN packed linear disagrees with F.linear; linears read plain weights")
-    return ok
+        packed = pack_weight(weight)
+        matches = torch.allclose(onednn_linear(x, packed), F.linear(x, weight), atol=1e-4)
+        return matches and torch.equal(packed.to_dense(), weight)
+
+    return _passes_probe(check, "oneDNN packed linear", "linears read plain weights")
 
 
 def worth_onednn(weight: torch.Tensor) -> bool:
