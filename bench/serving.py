@@ -38,7 +38,9 @@ Both engines get the same KV cache memory (`--kv-gib`) and the same number of co
 threads (`--threads`: vLLM's `VLLM_CPU_OMP_THREADS_BIND=0-{N-1}`, Hydrant's
 `OMP_NUM_THREADS=N`; `auto` leaves each to its own default: vLLM binds one OpenMP thread
 per NUMA node and keeps a core for its front end, Hydrant's `HYDRANT_ENGINE_THREADS=auto`
-takes one core fewer than the machine).
+takes one core fewer than the machine for a small model (the demo) and every core for one
+whose compute per token dwarfs the serving front's (the ~100M model on 2 cores), see
+`engine_config.resolve_num_threads`).
 Hydrant's tenant is on a plan with limits far above the load, so every request runs the
 quota checks and writes its ledger entry, and none is refused.
 

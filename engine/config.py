@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 
 from hydrant.engine.architectures import EMBEDDING_ARCHITECTURES, SUPPORTED_ARCHITECTURES
+from hydrant.engine.capacity_shapes import ModelShape
 from hydrant.engine.engine_config import parse_dtype
 from hydrant.engine.errors import ModelLoadError, UnsupportedModelError
 
@@ -66,6 +67,22 @@ class ModelConfig:
         if self.sliding_window is not None:
             return min(self.max_position_embeddings, self.sliding_window)
         return self.max_position_embeddings
+
+    @property
+    def linear_params(self) -> int:
+        """Weights of the decoder layers' projections (two FLOPs each per token, most of a
+        token's compute): what sizes the engine's thread count (engine_config.py)."""
+        shape = ModelShape(
+            name=self.architecture,
+            num_layers=self.num_hidden_layers,
+            hidden_size=self.hidden_size,
+            num_heads=self.num_attention_heads,
+            num_kv_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            intermediate_size=self.intermediate_size,
+            vocab_size=self.vocab_size,
+        )
+        return shape.linear_params
 
     @classmethod
     def from_pretrained(cls, model_dir: Path) -> ModelConfig:

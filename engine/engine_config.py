@@ -93,26 +93,51 @@ def parse_num_threads(text: str | int) -> NumThreads:
     return value
 
 
+# Linear weights per (cores x (cores - 1)) at and above which `auto` gives the engine every
+# core. The serving front (the gateway's and the worker's event loops: parse, render, SSE)
+# spends about 150 us of CPU per streamed token (bench/upstream.py: 153-191 ms per 1,000
+# output tokens), and one core of float32 oneDNN GEMM about 80 GFLOP/s: a model of P linear
+# weights costs the engine c = 2P / 80e9 s of one core per token. With a core kept for the
+# front a token takes c / (N - 1); with every core the front preempts an engine thread and
+# the whole OpenMP region waits for it, c / N + 150 us. Every core wins when
+# c > N (N - 1) 150 us, i.e. P > N (N - 1) x 6M: on 2 cores 12M (the ~100M bench model, 75M
+# linear weights, yes; the demo model, 0.7M, no), on 16 cores 1.4B.
+FRONT_PARAMS_PER_CORE_PAIR = 6_000_000
+
+
 def resolve_num_threads(
-    setting: NumThreads, cpu_count: int | None, environ: Mapping[str, str]
+    setting: NumThreads,
+    cpu_count: int | None,
+    environ: Mapping[str, str],
+    linear_params: int | None = None,
 ) -> int:
     """The torch intra-op thread count an engine runs with.
 
     An integer is taken as it is. `"auto"` is `OMP_NUM_THREADS` when the
     environment sets it to a positive integer (an operator's or a launcher's
-    explicit choice, e.g. a container pinned to some cores, wins), else one
-    core fewer than the machine has, at least one: the engine's OpenMP threads
-    spin while they wait, and a thread for every core fights the process's own
-    event loop (the worker's HTTP front, or the gateway in the embedded mode)
-    and the clients on the same machine for every core. On a 2-core box that
-    fight doubled the time per output token (issue #24).
+    explicit choice, e.g. a container pinned to some cores, wins). Else it
+    depends on how much compute a token costs (`linear_params`, the model's
+    projection weights): a model small against the serving front's own CPU per
+    token gets one core fewer than the machine has, at least one, since the
+    engine's OpenMP threads spin while they wait and a thread for every core
+    fights the process's event loop (the worker's HTTP front, or the gateway in
+    the embedded mode) for every core: on a 2-core box that fight doubled the
+    demo model's time per output token (issue #24). A model at least
+    `N (N - 1) x FRONT_PARAMS_PER_CORE_PAIR` weights gets all N cores: there the
+    front's share is smaller than the kept core (the ~100M model on 2 cores:
+    1.7x the output tokens/s through HTTP). Unknown size: one core kept.
     """
     if setting != "auto":
         return setting
     omp = environ.get("OMP_NUM_THREADS", "").strip()
     if omp.isdigit() and int(omp) >= 1:
         return int(omp)
-    return max(1, (cpu_count or 1) - 1)
+    cores = cpu_count or 1
+    if linear_params is not None and linear_params >= (
+        cores * (cores - 1) * FRONT_PARAMS_PER_CORE_PAIR
+    ):
+        return cores
+    return max(1, cores - 1)
 
 
 def usable_cpu_count() -> int | None:
@@ -123,13 +148,14 @@ def usable_cpu_count() -> int | None:
     return os.cpu_count()
 
 
-def apply_num_threads(setting: NumThreads | None) -> int:
-    """Set torch's intra-op threads for this process from `setting` (None: leave them);
-    returns the count in force. Process-wide: every engine of the process shares it, and
-    every thread that starts torch work from now on (the async front's step thread starts
-    after the build); a thread that already ran a parallel op keeps its OpenMP count."""
+def apply_num_threads(setting: NumThreads | None, linear_params: int | None = None) -> int:
+    """Set torch's intra-op threads for this process from `setting` (None: leave them) for
+    a model of `linear_params` projection weights; returns the count in force.
+    Process-wide: every engine of the process shares it, and every thread that starts
+    torch work from now on (the async front's step thread starts after the build); a
+    thread that already ran a parallel op keeps its OpenMP count."""
     if setting is not None:
-        threads = resolve_num_threads(setting, usable_cpu_count(), os.environ)
+        threads = resolve_num_threads(setting, usable_cpu_count(), os.environ, linear_params)
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
     return torch.get_num_threads()
@@ -179,8 +205,9 @@ class EngineConfig:
     `num_threads` is torch's intra-op thread count, set once when the engine is
     built (`LLMEngine.from_pretrained`): an integer, or "auto" (see
     `resolve_num_threads`: `OMP_NUM_THREADS` if set, else one core fewer than the
-    machine). None leaves the process's setting alone (tests, benchmarks that set it
-    themselves); the servers pass "auto" unless `HYDRANT_ENGINE_THREADS` says otherwise.
+    machine, or every core for a model large enough). None leaves the process's setting
+    alone (tests, benchmarks that set it themselves); the servers pass "auto" unless
+    `HYDRANT_ENGINE_THREADS` says otherwise.
     LoRA adapters (engine/lora_manager.py): `max_loras` are held in device memory at once
     (slots, least recently used evicted; 0 serves none), `max_cpu_loras` more in host
     memory, each of a rank up to `max_lora_rank` (every slot is padded to it). On CUDA the

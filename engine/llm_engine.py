@@ -113,14 +113,17 @@ class LLMEngine:
         """Load config, weights and (when the directory has one) the tokenizer.
 
         Each phase is timed into `engine.load_report` and logged as one record, with
-        the torch thread count `config.num_threads` resolved to (set here, before the
-        weights load: the one place every engine, worker or embedded, is built).
+        the torch thread count `config.num_threads` resolved to (set here, once the
+        model's size is read and before the weights load: the one place every engine,
+        worker or embedded, is built; `auto` depends on the size).
         """
         report = LoadReport("load")
-        report.threads = apply_num_threads(config.num_threads)
         started = time.perf_counter()
         with report.active():
-            engine = cls._load(Path(model_dir), config, metrics)
+            with timed_phase("config"):
+                model_config = read_model_config(Path(model_dir))
+            report.threads = apply_num_threads(config.num_threads, model_config.linear_params)
+            engine = cls._load(Path(model_dir), model_config, config, metrics)
         report.wall_seconds = time.perf_counter() - started
         engine.load_report = report
         report.log(logger, "model")
@@ -128,10 +131,12 @@ class LLMEngine:
 
     @classmethod
     def _load(
-        cls, model_dir: Path, config: EngineConfig, metrics: EngineMetrics | None
+        cls,
+        model_dir: Path,
+        model_config: ModelConfig,
+        config: EngineConfig,
+        metrics: EngineMetrics | None,
     ) -> LLMEngine:
-        with timed_phase("config"):
-            model_config = read_model_config(model_dir)
         max_model_len = model_config.max_model_len
         if config.max_model_len is not None:
             if config.max_model_len > max_model_len:

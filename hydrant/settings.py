@@ -126,7 +126,7 @@ class Settings:
     max_loras: int = 8  # LoRA adapters in device memory at once (slots, LRU); 0: none
     max_cpu_loras: int = 32  # more adapters kept loaded in host memory (LRU)
     max_lora_rank: int = 16  # largest adapter rank served; every slot is padded to it
-    engine_threads: str = "auto"  # torch threads: auto (OMP_NUM_THREADS, else cores - 1) or N
+    engine_threads: str = "auto"  # torch threads: auto (engine_config.resolve_num_threads) or N
     max_request_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
     body_read_timeout_s: float = 30.0

@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 from tiny_models import build_tiny_model
+from transformers import AutoModelForCausalLM
 
+from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import (
+    FRONT_PARAMS_PER_CORE_PAIR,
     EngineConfig,
     EngineConfigError,
     parse_num_threads,
@@ -22,12 +25,42 @@ from hydrant.engine.llm_engine import LLMEngine
 from hydrant.errors import ConfigurationError
 from hydrant.settings import load_settings
 
+PROJECTIONS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
 
 def test_auto_leaves_one_core_to_the_rest_of_the_process() -> None:
     assert resolve_num_threads("auto", 2, {}) == 1
     assert resolve_num_threads("auto", 16, {}) == 15
     assert resolve_num_threads("auto", 1, {}) == 1
     assert resolve_num_threads("auto", None, {}) == 1  # count unknown: the safe choice
+
+
+def test_auto_gives_every_core_to_a_model_large_against_the_front() -> None:
+    per_pair = FRONT_PARAMS_PER_CORE_PAIR
+    # 2 cores: N (N - 1) = 2 pairs; the ~100M bench model (75M linear weights) takes both
+    assert resolve_num_threads("auto", 2, {}, 75_497_472) == 2
+    assert resolve_num_threads("auto", 2, {}, 2 * per_pair) == 2
+    assert resolve_num_threads("auto", 2, {}, 2 * per_pair - 1) == 1
+    assert resolve_num_threads("auto", 2, {}, 737_280) == 1  # the demo model
+    # 16 cores: 240 pairs, so a 1B-weight model still leaves the front its core
+    assert resolve_num_threads("auto", 16, {}, 1_000_000_000) == 15
+    assert resolve_num_threads("auto", 16, {}, 240 * per_pair) == 16
+    assert resolve_num_threads("auto", 1, {}, 10**10) == 1
+    assert resolve_num_threads("auto", None, {}, 10**10) == 1  # count unknown: one core
+    # an explicit count, the environment's or the setting's, still wins
+    assert resolve_num_threads("auto", 2, {"OMP_NUM_THREADS": "1"}, 10**10) == 1
+    assert resolve_num_threads(1, 2, {}, 10**10) == 1
+
+
+def test_a_models_linear_weights_are_its_projections(tmp_path: Path) -> None:
+    model_dir = build_tiny_model(tmp_path / "llama", "gqa")
+    config = ModelConfig.from_pretrained(model_dir)
+    from_weights = sum(
+        module.weight.numel()
+        for name, module in AutoModelForCausalLM.from_pretrained(model_dir).named_modules()
+        if name.rsplit(".", 1)[-1] in PROJECTIONS
+    )
+    assert config.linear_params == from_weights
 
 
 def test_auto_respects_an_explicit_omp_num_threads() -> None:
