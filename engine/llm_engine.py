@@ -122,7 +122,10 @@ class LLMEngine:
         with report.active():
             with timed_phase("config"):
                 model_config = read_model_config(Path(model_dir))
-            report.threads = apply_num_threads(config.num_threads, model_config.linear_params)
+            # Only a CPU engine computes on these threads: a GPU one keeps a core for its front.
+            on_cpu = config.device.split(":")[0] == "cpu"
+            size = model_config.linear_params if on_cpu else None
+            report.threads = apply_num_threads(config.num_threads, size)
             engine = cls._load(Path(model_dir), model_config, config, metrics)
         report.wall_seconds = time.perf_counter() - started
         engine.load_report = report

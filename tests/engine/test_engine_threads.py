@@ -13,6 +13,7 @@ import torch
 from tiny_models import build_tiny_model
 from transformers import AutoModelForCausalLM
 
+from hydrant.engine import engine_config
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import (
     FRONT_PARAMS_PER_CORE_PAIR,
@@ -20,6 +21,7 @@ from hydrant.engine.engine_config import (
     EngineConfigError,
     parse_num_threads,
     resolve_num_threads,
+    usable_cpu_count,
 )
 from hydrant.engine.llm_engine import LLMEngine
 from hydrant.errors import ConfigurationError
@@ -124,3 +126,21 @@ def test_building_an_engine_applies_and_reports_the_count(
     record = next(r for r in caplog.records if "model load" in r.getMessage())
     assert "2 torch threads" in record.getMessage()
     assert record.torch_threads == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_auto_sizes_the_count_by_the_model_being_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine reads the model's size before it sets the count: the same tiny model is
+    "large" against a front that costs one weight per core pair, and small against one that
+    costs more than the model has."""
+    tiny_llama_dir = build_tiny_model(tmp_path / "llama", "gqa")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = usable_cpu_count() or 1
+    config = EngineConfig(num_gpu_blocks=16, show_progress=False, num_threads="auto")
+    monkeypatch.setattr(engine_config, "FRONT_PARAMS_PER_CORE_PAIR", 1)
+    assert LLMEngine.from_pretrained(tiny_llama_dir, config).load_report.threads == cores  # type: ignore[union-attr]
+    monkeypatch.setattr(engine_config, "FRONT_PARAMS_PER_CORE_PAIR", 10**12)
+    kept = max(1, cores - 1)
+    assert LLMEngine.from_pretrained(tiny_llama_dir, config).load_report.threads == kept  # type: ignore[union-attr]
