@@ -37,7 +37,7 @@ LINES = [
             "ignore_eos": True,  # every line takes a while: the kill lands mid-batch
         },
     }
-    for i in range(160)
+    for i in range(48)
 ]
 
 
