@@ -69,10 +69,9 @@ class ModelConfig:
         return self.max_position_embeddings
 
     @property
-    def linear_params(self) -> int:
-        """Weights of the decoder layers' projections (two FLOPs each per token, most of a
-        token's compute): what sizes the engine's thread count (engine_config.py)."""
-        shape = ModelShape(
+    def shape(self) -> ModelShape:
+        """The dimensions the capacity calculator reads (parameter counts, KV geometry)."""
+        return ModelShape(
             name=self.architecture,
             num_layers=self.num_hidden_layers,
             hidden_size=self.hidden_size,
@@ -82,7 +81,12 @@ class ModelConfig:
             intermediate_size=self.intermediate_size,
             vocab_size=self.vocab_size,
         )
-        return shape.linear_params
+
+    @property
+    def linear_params(self) -> int:
+        """Weights of the decoder layers' projections (two FLOPs each per token, most of a
+        token's compute): what sizes the engine's thread count (engine_config.py)."""
+        return self.shape.linear_params
 
     @classmethod
     def from_pretrained(cls, model_dir: Path) -> ModelConfig:

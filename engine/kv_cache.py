@@ -23,7 +23,7 @@ import logging
 
 import torch
 
-from hydrant.engine.capacity import ModelShape, kv_bytes_per_token
+from hydrant.engine.capacity import kv_bytes_per_token
 from hydrant.engine.config import ModelConfig
 from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.errors import KVCacheCapacityError
@@ -47,22 +47,9 @@ def kv_storage_dtype(config: EngineConfig, dtype: torch.dtype) -> torch.dtype:
     return torch.int8 if config.kv_cache_dtype == "int8" else dtype
 
 
-def _shape(model: ModelConfig) -> ModelShape:
-    return ModelShape(
-        name=model.architecture,
-        num_layers=model.num_hidden_layers,
-        hidden_size=model.hidden_size,
-        num_heads=model.num_attention_heads,
-        num_kv_heads=model.num_key_value_heads,
-        head_dim=model.head_dim,
-        intermediate_size=model.intermediate_size,
-        vocab_size=model.vocab_size,
-    )
-
-
 def bytes_per_block(model: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     """K and V of every layer for `block_size` tokens; int8 (`dtype=torch.int8`) with scales."""
-    return kv_bytes_per_token(_shape(model), _KV_DTYPE_NAMES[dtype]) * block_size
+    return kv_bytes_per_token(model.shape, _KV_DTYPE_NAMES[dtype]) * block_size
 
 
 def num_blocks_from_budget(
