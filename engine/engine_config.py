@@ -27,6 +27,11 @@ KERNEL_CHOICES = ("auto", "cpu", "reference", "triton")
 OLD_KERNEL_NAMES = ("torch", "native", "hydrant")  # mapped by engine/ops.py
 
 
+def is_cpu_device(device: str) -> bool:
+    """`device` ("cpu", "cuda:1", ...) names the CPU: the defaults that differ by device."""
+    return device.split(":")[0] == "cpu"
+
+
 # Sequences an engine runs at once unless configured (`default_max_num_seqs`).
 CPU_MAX_NUM_SEQS = 128
 DEVICE_MAX_NUM_SEQS = 256
@@ -44,7 +49,7 @@ def default_max_num_seqs(device: str) -> int:
     1,096 ms and 11 % more tokens per CPU second. vLLM's CPU backend uses 128 too. A
     GPU step is nearly flat in the batch size up to a few hundred: 256 (vLLM's GPU
     default)."""
-    return CPU_MAX_NUM_SEQS if device.split(":")[0] == "cpu" else DEVICE_MAX_NUM_SEQS
+    return CPU_MAX_NUM_SEQS if is_cpu_device(device) else DEVICE_MAX_NUM_SEQS
 
 
 # Tokens a step of background work alone may compute unless configured
@@ -63,7 +68,7 @@ def default_background_step_tokens(setting: int | None, device: str) -> int | No
     of its lines). A GPU step of a few hundred tokens costs about what a decode step
     does, and 64 there would starve the batch's prefill: 512. 0: no cap (None)."""
     if setting is None:
-        cpu = device.split(":")[0] == "cpu"
+        cpu = is_cpu_device(device)
         return CPU_BACKGROUND_STEP_TOKENS if cpu else DEVICE_BACKGROUND_STEP_TOKENS
     return setting or None
 

@@ -22,7 +22,12 @@ from typing import Protocol
 import torch
 
 from hydrant.engine.config import ModelConfig
-from hydrant.engine.engine_config import EngineConfig, EngineConfigError, apply_num_threads
+from hydrant.engine.engine_config import (
+    EngineConfig,
+    EngineConfigError,
+    apply_num_threads,
+    is_cpu_device,
+)
 from hydrant.engine.errors import EngineError, InvalidRequestError
 from hydrant.engine.load_report import LoadReport, timed_phase
 from hydrant.engine.loader import read_model_config
@@ -123,8 +128,7 @@ class LLMEngine:
             with timed_phase("config"):
                 model_config = read_model_config(Path(model_dir))
             # Only a CPU engine computes on these threads: a GPU one keeps a core for its front.
-            on_cpu = config.device.split(":")[0] == "cpu"
-            size = model_config.linear_params if on_cpu else None
+            size = model_config.linear_params if is_cpu_device(config.device) else None
             report.threads = apply_num_threads(config.num_threads, size)
             engine = cls._load(Path(model_dir), model_config, config, metrics)
         report.wall_seconds = time.perf_counter() - started
