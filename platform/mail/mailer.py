@@ -87,19 +87,30 @@ class SmtpMailer:
                 )
             else:
                 client = smtplib.SMTP(self.host, self.port, timeout=self.timeout_s)
-            with client:
-                client.ehlo()
-                if self.tls == "starttls":
-                    client.starttls(context=self._context())
-                    client.ehlo()
-                if self.username is not None:
-                    client.login(self.username, self.password or "")
-                client.send_message(message)
         except (OSError, smtplib.SMTPException) as exc:
-            # The password may be in the server's reply to a failed login: name the kind only.
-            raise MailError(
-                f"SMTP send to {self.host}:{self.port} failed: {type(exc).__name__}"
-            ) from None
+            raise self._failed(exc) from None
+        try:
+            client.ehlo()
+            if self.tls == "starttls":
+                client.starttls(context=self._context())
+                client.ehlo()
+            if self.username is not None:
+                client.login(self.username, self.password or "")
+            client.send_message(message)
+        except (OSError, smtplib.SMTPException) as exc:
+            client.close()
+            raise self._failed(exc) from None
+        # The server's 250 to DATA made the message its own (RFC 5321 §6.1): a session
+        # that then breaks at QUIT (a reset, a TLS close without notify) lost nothing, and
+        # calling the send failed would mail the message again at the retry.
+        try:
+            client.quit()
+        except (OSError, smtplib.SMTPException):
+            client.close()
+
+    def _failed(self, exc: BaseException) -> MailError:
+        # The password may be in the server's reply to a failed login: name the kind only.
+        return MailError(f"SMTP send to {self.host}:{self.port} failed: {type(exc).__name__}")
 
     async def send(self, message: EmailMessage) -> None:
         await asyncio.to_thread(self._send_blocking, message)

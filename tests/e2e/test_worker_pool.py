@@ -105,19 +105,22 @@ def test_spread_then_sigkill_loses_no_unstarted_request_and_the_ledger_matches(
             live: list[StreamResult] = []
             generated = victim.generated_tokens(redis_url, prefix)
             with ThreadPoolExecutor(10) as pool:
+                # Long enough that the victim's streams are still running when the kill lands:
+                # at 120 tokens they all ended in the second the check took on a loaded CI host.
                 first = [
-                    pool.submit(stream_chat, base, key, prompt(100 + i), 120, live)
+                    pool.submit(stream_chat, base, key, prompt(100 + i), 600, live)
                     for i in range(10)
                 ]
                 # Non-streamed ones too: lost after tokens, they are the documented 503.
                 whole = [pool.submit(plain_chat, base, key, prompt(300 + i), 120) for i in range(4)]
                 # The victim itself must be generating: streams merely queued there would be
                 # retried elsewhere, and the kill would hit no running stream (a CI flake).
+                # Its in-flight count is read last, right before the kill.
                 wait_until(
                     lambda: (
-                        inflight(victim_address) >= 2
-                        and sum(r.first_content_at is not None for r in live) >= 2
+                        sum(r.first_content_at is not None for r in live) >= 2
                         and victim.generated_tokens(redis_url, prefix) >= generated + 4
+                        and inflight(victim_address) >= 2
                     ),
                     60,
                     "streams running on the victim",
