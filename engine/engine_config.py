@@ -201,7 +201,9 @@ class EngineConfig:
     every step then launches its kernels one by one, as on the CPU.
     `max_prefill_tokens_while_decoding` caps the prompt tokens of a step that also
     runs decodes (token_budget.py): a long prefill chunk stalls every running
-    stream's next token for the whole step. None: no cap beyond the lanes'.
+    stream's next token for the whole step. The cap is the base; it scales up by how
+    many more requests wait for their prefill than decode (`token_budget.prefill_cap`).
+    None: no cap beyond the lanes'.
     `max_background_step_tokens` caps the tokens background work (batch lines)
     computes in a step, decodes and prompt chunks together (token_budget.py): a
     foreground request that arrives waits for the step in progress, so a step of
@@ -241,7 +243,7 @@ class EngineConfig:
     kv_cache_dtype: Literal["auto", "int8"] = "auto"
     enforce_eager: bool = False
     num_threads: NumThreads | None = None
-    max_prefill_tokens_while_decoding: int | None = 512
+    max_prefill_tokens_while_decoding: int | None = 1024
     max_background_step_tokens: int | None = 64
     max_loras: int = 8
     max_cpu_loras: int = 32

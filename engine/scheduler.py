@@ -218,19 +218,27 @@ class Scheduler:
         return out
 
     def _budget(self, foreground: bool) -> TokenBudget:
-        """The step's token budget; the lanes' demand leaves out paused background work."""
-        long_demand = sum(
-            s.num_uncomputed
-            for s in (*self.running, *self.waiting)
-            if s.lane == LONG_LANE and not (foreground and _background(s))
-        )
-        short_prefill_demand = sum(
-            s.num_uncomputed
-            for s in (*self.running, *self.waiting)
-            if s.lane == SHORT_LANE and s.num_uncomputed > 1 and not (foreground and _background(s))
-        )
+        """The step's token budget; the lanes' demand leaves out paused background work,
+        and so does the queue the prefill cap scales with (decoding against prefilling)."""
+        long_demand = short_prefill_demand = decoding = prefilling = 0
+        for s in (*self.running, *self.waiting):
+            if foreground and _background(s):
+                continue
+            left = s.num_uncomputed
+            if s.lane == LONG_LANE:
+                long_demand += left
+            elif left > 1:
+                short_prefill_demand += left
+            if left > 1:
+                prefilling += 1
+            elif left == 1 and s.output_token_ids:
+                decoding += 1
         return TokenBudget(
-            self.config, long_demand, short_prefill_demand, self.config.max_background_step_tokens
+            self.config,
+            long_demand,
+            short_prefill_demand,
+            self.config.max_background_step_tokens,
+            queue=(decoding, prefilling),
         )
 
     def _schedule_running(

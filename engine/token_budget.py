@@ -12,7 +12,9 @@ In a step that runs decodes, prefill chunks (new prompts and the rest of
 chunked ones) together get at most `max_prefill_tokens_while_decoding`:
 one 2048-token chunk makes a step several times longer than a decode step,
 and every running request's next token waits for it (the inter-token
-latency spikes of issue #24). Within that cap each lane is entitled to half
+latency spikes of issue #24). The cap grows while more requests wait for their
+prefill than decode (`prefill_cap`): a chunk's stall then falls on few streams and
+starts many (the head of a burst). Within that cap each lane is entitled to half
 while it has prompt work, so short prompts still start beside a long one
 and a flood of short ones does not stop a long one. A
 step without decodes prefills with the whole budget; the cap is at least
@@ -34,6 +36,23 @@ from hydrant.engine.engine_config import EngineConfig
 from hydrant.engine.sequence import LONG_LANE, SHORT_LANE, Lane
 
 
+def prefill_cap(base: int | None, decoding: int, waiting: int, total: int) -> int | None:
+    """The prompt tokens a step with `decoding` decodes may take while `waiting` requests
+    wait for their prefill: `base`, times how many more wait than decode.
+
+    A prompt chunk delays every decoding stream's next token by its compute time, so its
+    cost grows with the streams decoding; what it buys is a start for the requests that
+    wait. When many more wait than decode (the head of a burst: a few streams started,
+    the rest queued), a large chunk stalls few streams and starts many; the fixed cap
+    would make the whole queue wait through one small chunk a step (issue #24: the
+    unbounded rate's TTFT). As the running set fills, the ratio falls and the cap returns
+    to `base`, where the streams' inter-token latency is what matters.
+    """
+    if base is None or decoding <= 0 or waiting <= decoding:
+        return base
+    return max(base, min(total, base * waiting // decoding))
+
+
 class TokenBudget:
     """What is left of one step's token budget, per lane and in total."""
 
@@ -43,12 +62,15 @@ class TokenBudget:
         long_demand: int,
         short_prefill_demand: int = 0,
         background_cap: int | None = None,
+        queue: tuple[int, int] = (0, 0),
     ) -> None:
         self.total_left = config.max_num_batched_tokens
         self.background_left = self.total_left if background_cap is None else background_cap
         self._lane_left = {"short": config.short_lane_tokens, "long": config.long_lane_tokens}
         self._long_reserved = min(long_demand, config.long_lane_tokens, self.total_left)
-        self._prefill_cap = config.max_prefill_tokens_while_decoding
+        self._prefill_cap = prefill_cap(
+            config.max_prefill_tokens_while_decoding, *queue, config.max_num_batched_tokens
+        )
         # each lane's floor within the cap: half of it, or its whole demand if smaller
         half = (self._prefill_cap or 0) // 2
         self._prefill_floor = {

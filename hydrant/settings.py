@@ -120,7 +120,8 @@ class Settings:
     kv_cache_dtype: Literal["auto", "int8"] = "auto"
     enforce_eager: bool = False  # no CUDA graphs for decode steps
     enable_prefix_caching: bool = True  # reuse cached KV blocks of shared prompt prefixes
-    max_prefill_tokens_while_decoding: int = 512  # prompt tokens of a step with decodes; 0: off
+    # base prompt tokens of a step with decodes (token_budget.prefill_cap); 0: off
+    max_prefill_tokens_while_decoding: int = 1024
     # batch lines' tokens in a step; unset: by device, 64 on CPU, 512 on GPU; 0: off
     max_background_step_tokens: int | None = None
     max_loras: int = 8  # LoRA adapters in device memory at once (slots, LRU); 0: none

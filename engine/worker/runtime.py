@@ -45,7 +45,7 @@ class WorkerOptions:
     enforce_eager: bool = False
     enable_prefix_caching: bool = True
     num_threads: str = "auto"  # torch threads: "auto" or an integer (engine_config.py)
-    max_prefill_tokens_while_decoding: int = 512  # 0: no cap
+    max_prefill_tokens_while_decoding: int = 1024  # 0: no cap
     max_background_step_tokens: int = 64  # 0: no cap
     max_loras: int = 8  # LoRA adapters in device slots (EngineConfig)
     max_cpu_loras: int = 32

@@ -10,6 +10,7 @@ from tiny_models import SchedulerSim
 from hydrant.engine.engine_config import EngineConfig, EngineConfigError
 from hydrant.engine.scheduler import ScheduledSeq, SchedulerOutput
 from hydrant.engine.sequence import Request
+from hydrant.engine.token_budget import prefill_cap
 
 CAP = 32
 CONFIG = {
@@ -86,7 +87,9 @@ def test_a_running_long_prefill_leaves_half_the_cap_to_short_prompts() -> None:
     """The long prompt is mid-prefill (running, so scheduled before any waiting prompt);
     short prompts arriving now still get half the cap at once, and it keeps the other half."""
     sim = SchedulerSim(**CONFIG)
-    decoders = [sim.submit("t", prompt=20, out=60) for _ in range(2)]
+    # three streams decode beside the three prompts: the cap stays at its base (it grows
+    # only while more requests wait than decode)
+    decoders = [sim.submit("t", prompt=20, out=60) for _ in range(3)]
     _step(sim)
     long = sim.submit("t", prompt=400, out=2)
     _step(sim)
@@ -102,6 +105,43 @@ def test_a_running_long_prefill_leaves_half_the_cap_to_short_prompts() -> None:
     assert all(_prompt_left(r) == 0 for r in shorts)  # 80 tokens at 16 a step
     assert all(len(r.seqs[0].output_token_ids) >= 7 for r in decoders)  # never stalled
     sim.drain()
+
+
+def test_the_cap_grows_while_more_requests_wait_than_decode() -> None:
+    """The head of a burst: two streams decode, eight prompts wait. A chunk then stalls two
+    streams to start many, so the cap is the base times eight over two (128); as the
+    prompts start decoding the ratio falls and the cap comes back to the base."""
+    sim = SchedulerSim(**CONFIG)
+    decoders = [sim.submit("t", prompt=20, out=60) for _ in range(2)]
+    _step(sim)
+    burst = [sim.submit("t", prompt=70, out=40) for _ in range(8)]
+    out = _step(sim)
+    decodes, prefill = _split(out)
+    assert decodes == 2 and prefill == CAP * 8 // 2  # 128: one prompt and most of another
+    caps = []
+    while any(_prompt_left(r) for r in burst):
+        decoding = sum(
+            1 for r in (*decoders, *burst) if r.seqs[0].output_token_ids and not _prompt_left(r)
+        )
+        waiting = sum(1 for r in burst if _prompt_left(r))
+        out = _step(sim)
+        decodes, prefill = _split(out)
+        assert decodes == decoding  # every stream got its token
+        expected = CAP if waiting <= decoding else min(256, CAP * waiting // decoding)
+        assert 0 < prefill <= expected
+        caps.append(expected)
+    assert caps[-1] == CAP and max(caps) > CAP  # it grew at the head, back at the base after
+    sim.drain()
+
+
+def test_the_cap_by_the_queue() -> None:
+    assert prefill_cap(512, decoding=4, waiting=4, total=8192) == 512  # as many wait: base
+    assert prefill_cap(512, decoding=4, waiting=2, total=8192) == 512
+    assert prefill_cap(512, decoding=4, waiting=12, total=8192) == 1536  # three times
+    assert prefill_cap(512, decoding=2, waiting=199, total=8192) == 8192  # the whole budget
+    assert prefill_cap(512, decoding=3, waiting=4, total=8192) == 682  # rounds down
+    assert prefill_cap(512, decoding=0, waiting=50, total=8192) == 512  # no decodes: moot
+    assert prefill_cap(None, decoding=1, waiting=50, total=8192) is None  # no cap stays none
 
 
 def test_without_a_cap_a_step_takes_the_whole_lane_beside_decodes() -> None:
@@ -122,7 +162,7 @@ def test_the_cap_must_be_positive() -> None:
 def test_the_setting_reaches_the_servers_with_zero_as_off() -> None:
     from hydrant.settings import load_settings
 
-    assert load_settings({}).max_prefill_tokens_while_decoding == 512
+    assert load_settings({}).max_prefill_tokens_while_decoding == 1024
     env = {"HYDRANT_MAX_PREFILL_TOKENS_WHILE_DECODING": "0"}
     assert load_settings(env).max_prefill_tokens_while_decoding == 0
 
