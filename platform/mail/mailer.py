@@ -11,6 +11,7 @@ as an `.eml` file into the outbox folder, where a person or a test can read it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import smtplib
@@ -87,30 +88,24 @@ class SmtpMailer:
                 )
             else:
                 client = smtplib.SMTP(self.host, self.port, timeout=self.timeout_s)
-        except (OSError, smtplib.SMTPException) as exc:
-            raise self._failed(exc) from None
-        try:
-            client.ehlo()
-            if self.tls == "starttls":
-                client.starttls(context=self._context())
+            with contextlib.closing(client):
                 client.ehlo()
-            if self.username is not None:
-                client.login(self.username, self.password or "")
-            client.send_message(message)
+                if self.tls == "starttls":
+                    client.starttls(context=self._context())
+                    client.ehlo()
+                if self.username is not None:
+                    client.login(self.username, self.password or "")
+                client.send_message(message)
+                # The server's 250 to DATA made the message its own (RFC 5321 §6.1): a
+                # session that then breaks at QUIT lost nothing, and calling the send
+                # failed would mail the message again at the retry.
+                with contextlib.suppress(OSError, smtplib.SMTPException):
+                    client.quit()
         except (OSError, smtplib.SMTPException) as exc:
-            client.close()
-            raise self._failed(exc) from None
-        # The server's 250 to DATA made the message its own (RFC 5321 §6.1): a session
-        # that then breaks at QUIT (a reset, a TLS close without notify) lost nothing, and
-        # calling the send failed would mail the message again at the retry.
-        try:
-            client.quit()
-        except (OSError, smtplib.SMTPException):
-            client.close()
-
-    def _failed(self, exc: BaseException) -> MailError:
-        # The password may be in the server's reply to a failed login: name the kind only.
-        return MailError(f"SMTP send to {self.host}:{self.port} failed: {type(exc).__name__}")
+            # The password may be in the server's reply to a failed login: name the kind only.
+            raise MailError(
+                f"SMTP send to {self.host}:{self.port} failed: {type(exc).__name__}"
+            ) from None
 
     async def send(self, message: EmailMessage) -> None:
         await asyncio.to_thread(self._send_blocking, message)
