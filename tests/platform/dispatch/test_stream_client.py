@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import msgspec
 import pytest
 import uvloop
+from raw_http_server import Handler, RawServer, chunked, read_request, sized
 
 from hydrant.engine.errors import InvalidRequestError
 from hydrant.engine.protocol import (
@@ -57,7 +58,6 @@ from hydrant.platform.dispatch.worker_http import (
 )
 
 SECRET = "s3cret"
-Handler = Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 def chunk(i: int, finished: bool = False) -> GenerateChunk:
@@ -82,17 +82,6 @@ def stream_body(tokens: int = 3) -> bytes:
     return b"".join(frames)
 
 
-def chunked(*pieces: bytes, end: bool = True) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-hydrant-frames\r\n"
-    head += b"transfer-encoding: chunked\r\n\r\n"
-    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
-    return head + body + (b"0\r\n\r\n" if end else b"")
-
-
-def sized(status: int, body: bytes, extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n%s\r\n%s" % (status, len(body), extra, body)
-
-
 def error_body(kind: str, message: str, param: str | None = None) -> bytes:
     error = StreamError(kind=kind, message=message, param=param)
     return msgspec.json.encode(ErrorBody(error=error))
@@ -100,64 +89,6 @@ def error_body(kind: str, message: str, param: str | None = None) -> bytes:
 
 def request() -> GenerateRequest:
     return GenerateRequest(request_id="r1", prompt_token_ids=[1, 2, 3], sampling=Sampling())
-
-
-async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """One request off the socket (head, body); raises IncompleteReadError at EOF."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":")[1])
-    return head, await reader.readexactly(length)
-
-
-class RawServer:
-    """Counts accepted connections; `handler(index, reader, writer)` scripts each one."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.accepted = 0
-        self.requests: list[tuple[bytes, bytes]] = []
-        self.closed_by_client: list[int] = []
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    @property
-    def address(self) -> str:
-        assert self._server is not None
-        port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    async def __aenter__(self) -> RawServer:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        index = self.accepted
-        self.accepted += 1
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            await self.handler(index, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except asyncio.CancelledError:
-            pass  # the test is over; a cancelled callback task would be logged as an error
-        finally:
-            self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
 
 def keep_alive_server(response: bytes) -> Handler:
