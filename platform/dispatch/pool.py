@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from hydrant.engine.protocol import EngineStats, GenerateChunk, GenerateRequest
-from hydrant.engine.worker.wire import WorkerRecord
+from hydrant.engine.worker.wire import WorkerRecord, WorkerState
 from hydrant.platform.dispatch.fair_share import FairQueue, Ticket
 from hydrant.platform.dispatch.metrics import PoolMetrics, PoolSnapshot
 from hydrant.platform.dispatch.routing import Candidate, choose
@@ -34,6 +34,9 @@ from hydrant.platform.errors import Conflict, ServiceUnavailable
 log = logging.getLogger(__name__)
 
 SCALE_OUT_INTERVAL_S = 30.0  # a new worker takes a while to come up: do not ask again at once
+# How long a state this gateway set (a wake, a sleep) outranks older registry records: past
+# it, the registry wins whatever it says (a worker that never heartbeats again, say).
+TOLD_STATE_S = 30.0
 
 
 class MemberHttp(Protocol):
@@ -73,6 +76,9 @@ class WorkerSlot:
     down_since: float = 0.0  # wall clock (heartbeats are wall-clock stamped)
     partitioned: bool = False  # down because its link went silent: a heartbeat is no cure
     retired: bool = False  # this gateway stopped routing to it (swap, scale-down)
+    # A state this gateway put it in (wake, sleep): (state, the worker's `state_since` before
+    # the change, monotonic time of the change). See `WorkerPool._after_told`.
+    told: tuple[WorkerState, float, float] | None = None
 
     @property
     def worker_id(self) -> str:
@@ -142,11 +148,37 @@ class WorkerPool:
                     and record.heartbeat_at > slot.down_since
                 ):
                     slot.down_until = 0.0  # it heartbeated after we failed to reach it: alive
-                slot.record = record
+                slot.record = self._after_told(slot, record, now)
             fresh[record.worker_id] = slot
         self.workers = fresh
         self.synced = True
         self._notify()
+
+    @staticmethod
+    def _after_told(slot: WorkerSlot, record: WorkerRecord, now: float) -> WorkerRecord:
+        """The registry's record, unless it predates a state change this gateway made.
+
+        A wake's answer comes before the worker's heartbeat says "ready" (that
+        beat is a task of its own), and a registry read begun before the wake can
+        land after it: taken as is, such a stale "sleeping" record sent every
+        waiting request into a second wake (seen in CI: two wakes for one burst),
+        and a stale "ready" after a sleep routed requests to a sleeping worker.
+        Stale means the worker's last state change is the one we saw before ours
+        (`state_since`, the worker's own clock on both sides: no clock skew).
+        """
+        if slot.told is None:
+            return record
+        state, seen_since, told_at = slot.told
+        if record.state == state or record.state_since > seen_since or now - told_at > TOLD_STATE_S:
+            slot.told = None  # the worker's own word has caught up, or has news of its own
+            return record
+        return msgspec.structs.replace(record, state=state)
+
+    def _tell(self, slot: WorkerSlot, state: WorkerState, seen_since: float) -> None:
+        """Record a state change this gateway just made; `seen_since`: the worker's
+        `state_since` before the call (what a stale record still carries)."""
+        slot.told = (state, seen_since, self.clock())
+        slot.record = msgspec.structs.replace(slot.record, state=state)
 
     def _notify(self) -> None:
         if self._wake_started is not None and self.ready():
@@ -379,6 +411,7 @@ class WorkerPool:
             await asyncio.sleep(1.0)  # a failing scaler is not hammered by every waiter
 
     async def _wake_worker(self, slot: WorkerSlot) -> bool:
+        seen_since = slot.record.state_since
         try:
             await self.http.call(
                 slot.record.address, "POST", "/wake", timeout_s=self.options.wake_timeout_s
@@ -386,7 +419,7 @@ class WorkerPool:
         except WorkerUnavailable as exc:
             log.warning("worker did not wake", extra={"model": self.model, "error": exc.message})
             return False
-        slot.record = msgspec.structs.replace(slot.record, state="ready")
+        self._tell(slot, "ready", seen_since)
         self._notify()
         return True
 
@@ -415,13 +448,14 @@ class WorkerPool:
         if self.options.scale_down != "sleep":
             for slot in ready:
                 slot.retired = True
+        seen_since = {s.worker_id: s.record.state_since for s in ready}
         gone = await scale_down(
             self.spec, [s.record for s in ready], self.options.scale_down, self.http, self.scaler
         )
         if self.options.scale_down == "sleep":
             for slot in ready:
                 if slot.worker_id in gone:
-                    slot.record = msgspec.structs.replace(slot.record, state="sleeping")
+                    self._tell(slot, "sleeping", seen_since[slot.worker_id])
         self._scaled_down_at = self.clock()
         self._notify()
         return True

@@ -158,6 +158,43 @@ async def test_an_idle_pool_sleeps_and_the_next_request_wakes_it() -> None:
     assert scaler.requests == []  # woken from sleep, nothing started
 
 
+async def test_a_registry_read_older_than_a_wake_does_not_start_a_second_wake() -> None:
+    """A poll begun before the wake lands after it, still saying "sleeping" (the worker's
+    "ready" beat is a task of its own): the woken worker stays ready, waiters take it, and
+    nobody wakes the pool again. CI once counted two wakes for one burst this way."""
+    pool, http, scaler = make_pool(wake_timeout_s=5)
+    asleep = msgspec.structs.replace(record("w0", state="sleeping"), state_since=500.0)
+    pool.update([asleep])
+    first = await asyncio.wait_for(pool.acquire(None, set(), 1), 5)
+    assert first.worker_id == "w0" and wakes(pool) == 1
+    pool.update([asleep])  # the stale read
+    assert [s.worker_id for s in pool.ready()] == ["w0"]
+    again = await asyncio.wait_for(pool.acquire(None, set(), 1), 5)
+    assert again.worker_id == "w0" and wakes(pool) == 1
+    assert [path for _, path in http.calls].count("/wake") == 1 and scaler.requests == []
+    # The worker's own "ready" ends the override; a later change of its own is news again.
+    pool.update([msgspec.structs.replace(asleep, state="ready", state_since=510.0)])
+    assert pool.workers["w0"].told is None
+    pool.update([msgspec.structs.replace(asleep, state_since=520.0)])
+    assert pool.ready() == []
+
+
+async def test_a_registry_read_older_than_a_sleep_does_not_route_to_the_sleeper() -> None:
+    now = [1000.0]
+    pool, http, _ = make_pool(idle_timeout_s=30, scale_down="sleep")
+    pool.clock = lambda: now[0]
+    awake = msgspec.structs.replace(record("w0"), state_since=500.0)
+    pool.update([awake])
+    pool.last_used = now[0]
+    now[0] += 31
+    assert await pool.maybe_scale_down() and ("http://w0", "/sleep") in http.calls
+    pool.update([awake])  # a heartbeat from before the sleep
+    assert pool.ready() == [] and pool.workers["w0"].record.state == "sleeping"
+    now[0] += 31  # past TOLD_STATE_S the registry wins whatever it says
+    pool.update([awake])
+    assert [s.worker_id for s in pool.ready()] == ["w0"]
+
+
 async def test_an_idle_pool_in_exit_mode_scales_to_zero() -> None:
     now = [1000.0]
     pool, _, scaler = make_pool(idle_timeout_s=5, scale_down="exit")
