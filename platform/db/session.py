@@ -20,6 +20,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+SQLITE_POOL_SIZE = 15
+
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # Foreign keys are off by default in SQLite; WAL lets readers run beside the writer.
@@ -36,6 +38,14 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            # No overflow connections, only kept ones. Each aiosqlite connection is a thread,
+            # and opening one blocks the event loop in `Thread.start()` until that thread
+            # runs: with SQLAlchemy's default (5 kept, 10 more opened and closed as load
+            # comes and goes) a busy gateway opened connections again and again, and on a
+            # host whose cores an engine keeps busy one start blocked it for over a second.
+            # The cap is the default's 15; past it a session waits (asynchronously).
+            kwargs.setdefault("pool_size", SQLITE_POOL_SIZE)
+            kwargs.setdefault("max_overflow", 0)
         engine = create_async_engine(url, **kwargs)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
