@@ -109,6 +109,13 @@ def vllm_serve(model_dir: Path, log_dir: Path, model: str = "demo") -> Iterator[
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
+        # vLLM's CPU build pins its compute thread to a core by default; on a 2-core host
+        # that starves every other process: a 10 ms sleep loop beside it woke up to 2.2 s
+        # late (34 wake-ups over 100 ms in 20 s; none beside two pinned torch matmul loops),
+        # so the gateway under test, not the gateway's logic, decided the fair-share test
+        # (the weight-2 plan got 0.43-0.55 with the gateway's own HTTP client). Unpinned:
+        # no wake-up over 500 ms, shares 0.50 and 0.67. vLLM runs about a third slower.
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     }
     argv = [
         str(vllm),
