@@ -1,11 +1,14 @@
-"""A lean HTTP/1.1 client for one hot path: the gateway's step streams and calls to workers.
+"""A lean HTTP/1.1 client for the gateway's hot paths: step streams and calls to workers,
+and the event streams of upstream pool members (OpenAI-compatible servers).
 
 httpx (with httpcore, h11, anyio and sniffio under it) cost the gateway about
 2 ms of CPU per streamed request, most of its event loop's time. This client
 does only what that stream needs: a POST written in one `transport.write`,
 the response parsed by httptools (llhttp, in C: chunked and Content-Length
 bodies), the body handed to one consumer through a small buffer, and
-keep-alive connections pooled per worker address.
+keep-alive connections pooled per worker address. `https://` addresses are
+verified against the system trust store (`SSL_CERT_FILE` overrides it, as
+for every Python client); `peer` names the other side in error messages.
 
 Connections per worker address are capped (`max_connections_per_address`,
 in use and idle together): a request that finds them all busy waits, first in
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections import deque
 from typing import cast
 from urllib.parse import urlsplit
@@ -61,14 +65,15 @@ class StreamLost(StreamClientError):
 class _Target:
     """What is computed once per worker address: where to connect and the request's head."""
 
-    __slots__ = ("head", "host", "port")
+    __slots__ = ("head", "host", "port", "tls")
 
     def __init__(self, address: str, path: str, fields: str) -> None:
         parts = urlsplit(address)
-        if parts.scheme != "http" or parts.hostname is None:
-            raise ValueError(f"worker address must be http://host:port, got {address!r}")
+        if parts.scheme not in ("http", "https") or parts.hostname is None:
+            raise ValueError(f"address must be http(s)://host:port, got {address!r}")
         self.host = parts.hostname
-        self.port = parts.port or 80
+        self.tls = parts.scheme == "https"
+        self.port = parts.port or (443 if self.tls else 80)
         self.head = f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\n{fields}content-length: "
 
 
@@ -128,7 +133,7 @@ class StreamResponse(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
-            self._fail(StreamLost(f"malformed HTTP response from the worker: {exc}"))
+            self._fail(StreamLost(f"malformed HTTP response from the {self._client.peer}: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -141,8 +146,9 @@ class StreamResponse(asyncio.Protocol):
             if self._head_done and not self._framed:
                 self._complete = True  # a body delimited by the end of the connection
             else:
-                why = type(exc).__name__ if exc is not None else "closed by the worker"
-                self._exc = StreamLost(f"connection to the worker broke: {why}")
+                peer = self._client.peer
+                why = type(exc).__name__ if exc is not None else f"closed by the {peer}"
+                self._exc = StreamLost(f"connection to the {peer} broke: {why}")
         self._wake()
 
     # ---- httptools callbacks ---------------------------------------------------------------
@@ -285,7 +291,7 @@ class StreamResponse(asyncio.Protocol):
             return
         deadline = max(self._last_data, self._wait_since) + self._idle_timeout
         if now >= deadline - 0.001:
-            self._fail(StreamSilent("the worker's stream went silent"))
+            self._fail(StreamSilent(f"the {self._client.peer}'s stream went silent"))
         else:
             self._timer = self._loop.call_at(deadline, self._check_idle)
 
@@ -326,12 +332,15 @@ class StreamClient:
         max_idle_per_address: int = 256,
         max_connections_per_address: int = 1024,
         pool_timeout_s: float = 30.0,
+        peer: str = "worker",
     ) -> None:
         if max_connections_per_address < 1:
             raise ValueError("max_connections_per_address must be at least 1")
         for name, value in fields.items():
             if any(c in name + value for c in "\r\n\0"):
                 raise ValueError(f"header {name!r} has a line break or NUL")
+        self.peer = peer
+        self._ssl: ssl.SSLContext | None = None  # made at the first https address
         self._path = path
         self._fields = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
         self._connect_timeout_s = connect_timeout_s
@@ -397,7 +406,7 @@ class StreamClient:
             return handed
         except TimeoutError:
             raise StreamBusy(
-                f"all {self._max_open} connections to the worker stayed busy for"
+                f"all {self._max_open} connections to the {self.peer} stayed busy for"
                 f" {self._pool_timeout_s:g} s"
             ) from None
         finally:
@@ -443,16 +452,28 @@ class StreamClient:
         conn = StreamResponse(self, address)
         if not reserved:
             self._open[address] = self._open.get(address, 0) + 1  # counted while it opens
+        context = None
+        if target.tls:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            context = self._ssl
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                await loop.create_connection(lambda: conn, target.host, target.port)
+                await loop.create_connection(
+                    lambda: conn,
+                    target.host,
+                    target.port,
+                    ssl=context,
+                    server_hostname=target.host if context is not None else None,
+                )
         except BaseException as exc:
             if conn._transport is None:  # never connected: no `connection_lost` will come
                 self._slot_freed(address)
             else:  # connected as it was cancelled: close it (its close frees the slot)
                 conn.close()
-            if isinstance(exc, OSError | TimeoutError):
-                raise StreamConnectError(f"cannot reach the worker: {type(exc).__name__}") from exc
+            if isinstance(exc, OSError | TimeoutError):  # ssl.SSLError included
+                message = f"cannot reach the {self.peer}: {type(exc).__name__}"
+                raise StreamConnectError(message) from exc
             raise
         return conn
 

@@ -253,10 +253,9 @@ async def test_an_address_nothing_listens_on_is_a_connect_failure(http: Upstream
 
 async def test_each_answers_connection_is_closed_at_its_done(http: UpstreamHttp) -> None:
     """A connection per request, closed at `[DONE]` without waiting for the final HTTP chunk
-    that may follow it. Session 42 measured why it matters: with the gateway's own client
-    keeping connections alive, `test_upstream_fair_share` on 2 cores shared with vLLM gave
-    the light tenant 0.46-0.47 of the tokens and the weight-2 plan 0.59-0.60 (targets 0.5
-    and 0.67, within 10 %), against 0.49-0.51 and 0.65 with a connection per request."""
+    that may follow it, as httpx (which this client replaced) did with an unread response.
+    Keep-alive is not measured yet on an unstarved host: session 42's runs of it were made
+    while vLLM's pinned thread starved the gateway (see tests/e2e/vllm_peer.py)."""
     closed: list[int] = []
 
     async def handler(
