@@ -1,7 +1,7 @@
 """Serving through the HTTP API: Hydrant against `vllm serve`, measured with vLLM's own client.
 
     .venv/bin/python bench/serving.py [--quick] [--rates 5,10,20,30,inf] [--models demo,100m]
-        [--servers vllm,embedded,pool] [--num-prompts 200] [--threads 2|1|auto]
+        [--servers vllm,embedded,pool] [--num-prompts 200] [--threads 2|1|auto|nobind]
         [--order interleaved|serial] [--rounds N] [--out DIR] [--py-spy] [--retries N]
 
 For each model (the demo model Hydrant generates, and a ~100M-parameter Llama of
@@ -40,7 +40,7 @@ threads (`--threads`: vLLM's `VLLM_CPU_OMP_THREADS_BIND=0-{N-1}`, Hydrant's
 per NUMA node and keeps a core for its front end, Hydrant's `HYDRANT_ENGINE_THREADS=auto`
 takes one core fewer than the machine for a small model (the demo) and every core for one
 whose compute per token dwarfs the serving front's (the ~100M model on 2 cores), see
-`engine_config.resolve_num_threads`).
+`engine_config.resolve_num_threads`; `nobind`: vLLM's threads unpinned, see bench/upstream.py).
 Hydrant's tenant is on a plan with limits far above the load, so every request runs the
 quota checks and writes its ledger entry, and none is refused.
 
@@ -333,7 +333,9 @@ class Server:
 
 
 def _threads_count(threads: str) -> int | None:
-    return None if threads == "auto" else int(threads)
+    """`--threads`: N, `auto` (each server's own choice) or `nobind` (vLLM's threads not
+    pinned to cores, as many as cores; Hydrant's own choice)."""
+    return None if threads in ("auto", "nobind") else int(threads)
 
 
 class VllmServer(Server):
@@ -352,6 +354,8 @@ class VllmServer(Server):
         threads = _threads_count(self.opts.threads)
         if threads is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{threads - 1}" if threads > 1 else "0"
+        elif self.opts.threads == "nobind":
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         argv = [
             str(self.opts.peers / "bin" / "vllm"),
             "serve",
@@ -833,8 +837,8 @@ def main(argv: list[str] | None = None) -> int:
     for rate in rates:
         if rate != "inf" and float(rate) <= 0:
             parser.error(f"bad rate {rate!r}")
-    if args.threads != "auto" and int(args.threads) < 1:
-        parser.error("--threads must be a positive number or auto")
+    if args.threads not in ("auto", "nobind") and int(args.threads) < 1:
+        parser.error("--threads must be a positive number, auto or nobind")
     out = Path(args.out or tempfile.mkdtemp(prefix="hydrant-serving-"))
     out.mkdir(parents=True, exist_ok=True)
     opts = Options(peers, args.threads, args.kv_gib, args.postgres, args.redis, out)

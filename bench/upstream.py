@@ -30,6 +30,12 @@ runs here, more than the gap the targets are about. `--fronts` picks the fronts 
 direct always runs: it is the baseline); `--py-spy` records Hydrant's gateway with py-spy
 during each of its runs (raw collapsed stacks in the results folder, as bench/serving.py's
 `--py-spy`).
+
+`--threads nobind` runs vLLM with its threads not pinned to cores. Pinned (vLLM's way, and
+the default here), its compute threads starve every other process on a 2-core host: a
+10 ms sleep loop beside it woke up to 2.2 s late, so the fronts' figures there are mostly
+the host's. Unpinned, vLLM is slower (a third, in the fair-share e2e) but shares the cores;
+direct runs on the same unpinned server, so the ratios stay like for like.
 """
 
 from __future__ import annotations
@@ -212,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rates", default="5,10,20", help="comma list of request rates")
     parser.add_argument("--num-prompts", type=int, default=200, help="requests per run")
-    parser.add_argument("--threads", default="2", help="vLLM's compute threads: N or auto")
+    parser.add_argument(
+        "--threads",
+        default="2",
+        help="vLLM's compute threads: N (pinned to cores 0..N-1), auto, or nobind (unpinned)",
+    )
     parser.add_argument("--kv-gib", type=int, default=2, help="vLLM's KV cache memory")
     parser.add_argument(
         "--peers", default=os.environ.get("HYDRANT_PEERS_DIR", str(serving.ROOT / ".peers"))
