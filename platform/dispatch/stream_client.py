@@ -242,6 +242,7 @@ class StreamResponse(asyncio.Protocol):
             return
         self._cancel_timers()
         self._linger = self._loop.call_later(_LINGER_S, self.close)
+        self._client._lingering.add(self)  # closed by `aclose` if the last chunk never comes
 
     def _finish(self) -> None:
         self._cancel_timers()
@@ -310,6 +311,7 @@ class StreamResponse(asyncio.Protocol):
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
+            self._client._lingering.discard(self)
 
 
 def _closing(conn: StreamResponse) -> bool:
@@ -354,6 +356,7 @@ class StreamClient:
         # and the requests waiting for one, oldest first.
         self._open: dict[str, int] = {}
         self._waiters: dict[str, deque[asyncio.Future[StreamResponse | None]]] = {}
+        self._lingering: set[StreamResponse] = set()  # released, waiting for their last chunk
         self._closed = False
 
     async def post(self, address: str, body: bytes) -> StreamResponse:
@@ -516,9 +519,12 @@ class StreamClient:
         return len(self._idle.get(address, ()))
 
     async def aclose(self) -> None:
-        """Close every pooled connection; connections in use close when released."""
+        """Close every pooled connection, and those waiting for their response's last chunk;
+        connections in use close when released."""
         self._closed = True
         for idle in list(self._idle.values()):
             for conn in list(idle):
                 conn.close()
         self._idle.clear()
+        for conn in list(self._lingering):
+            conn.close()

@@ -557,6 +557,28 @@ async def test_aclose_closes_the_pooled_connections() -> None:
         await asyncio.wait_for(closed.wait(), 2)
 
 
+async def test_aclose_closes_a_connection_still_waiting_for_its_last_chunk() -> None:
+    """Released whole, its final HTTP chunk not in yet: neither in use nor pooled, it would
+    outlive the client (an unclosed transport when the loop ends) without this."""
+    closed = asyncio.Event()
+
+    async def handler(
+        index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await read_request(reader)
+        writer.write(chunked(stream_body(1), end=False))  # the final chunk never comes
+        await writer.drain()
+        assert await reader.read() == b""
+        closed.set()
+
+    http = FrameStream()
+    async with RawServer(handler) as server:
+        assert (await collect(http, server.address))[-1].finished
+        assert http.client.idle_connections(server.address) == 0  # lingering, not pooled
+        await http.aclose()
+        await asyncio.wait_for(closed.wait(), 2)
+
+
 async def test_a_slow_consumer_pauses_reading_above_a_mebibyte() -> None:
     body = b"x" * (8 * 1024 * 1024)
     async with RawServer(keep_alive_server(sized(200, body))) as server:
