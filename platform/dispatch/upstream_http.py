@@ -11,9 +11,10 @@ Abort is closing the stream: vLLM aborts a request whose client disconnects.
 The streams go over `StreamClient` (httptools, one write per request): httpx,
 with httpcore, h11 and anyio under it, was about a third of the gateway's CPU
 per upstream token (py-spy at 20 requests/s), CPU a front shares with the
-engine wherever they share cores. Each request has a connection of its own,
-closed at `[DONE]` without waiting for the response's last chunk (as httpx
-did: an unread response is not pooled). Health probes stay on httpx.
+engine wherever they share cores. A connection that carried a whole answer
+is kept for the next request (no TCP or TLS handshake each time; httpx closed
+them, the response's last chunk being unread at `[DONE]`); one left
+mid-stream is closed. Health probes stay on httpx.
 Billing uses the gateway's own counts (the prompt it sent, the token ids it
 received); the upstream's `usage` is checked against them, and a mismatch is
 logged (ids and counts, never text) and counted in a metric.
@@ -75,7 +76,7 @@ class UpstreamHttp:
             {"content-type": "application/json", "accept": "text/event-stream", **self.headers},
             connect_timeout_s=3.0,
             idle_timeout_s=read_timeout_s,
-            max_idle_per_address=0,
+            max_idle_per_address=256,
             max_connections_per_address=4096,
             pool_timeout_s=30.0,
             peer="upstream",
@@ -102,6 +103,7 @@ class UpstreamHttp:
             raise WorkerUnavailable("lost", f"upstream request failed: {exc}") from exc
         prompt_tokens = len(request.prompt_token_ids)
         cost.start(request.request_id, prompt_tokens)
+        complete = False  # the whole answer arrived: the connection may serve another
         try:
             if response.status != 200:
                 _raise_refusal(response.status, await response.read_all())
@@ -129,6 +131,7 @@ class UpstreamHttp:
             if usage is None:
                 raise WorkerUnavailable("lost", "the upstream's stream ended without its usage")
             seconds = cost.finish(request.request_id)
+            complete = done
             yield GenerateChunk(
                 request_id=request.request_id,
                 choices=[],
@@ -141,7 +144,9 @@ class UpstreamHttp:
             raise WorkerUnavailable("lost", f"upstream stream failed: {exc}") from exc
         finally:
             cost.finish(request.request_id)
-            response.close()  # at [DONE], or mid-stream: vLLM aborts a request whose client left
+            # Kept alive after a whole answer (its last HTTP chunk may still be on its way);
+            # closed mid-stream, which is how vLLM learns the client left and aborts.
+            response.release(complete)
 
     def _billed(
         self,
