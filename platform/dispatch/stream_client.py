@@ -182,9 +182,7 @@ class StreamResponse(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self._complete = True
         if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
-            self._finish()
+            self._finish()  # its last chunk came: the linger ends there (`_cancel_timers`)
         else:
             self._wake()
 
@@ -513,6 +511,10 @@ class StreamClient:
             idle.remove(conn)
             if not idle:
                 del self._idle[conn._key]
+
+    def lingering_connections(self) -> int:
+        """Connections released whole, waiting for their response's last chunk (for tests)."""
+        return len(self._lingering)
 
     def idle_connections(self, address: str) -> int:
         """How many idle connections to `address` are pooled (for tests and metrics)."""

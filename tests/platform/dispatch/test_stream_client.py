@@ -268,6 +268,7 @@ async def test_the_final_chunk_arriving_after_the_finished_frame_still_pools_the
             assert (await collect(http, server.address))[-1].finished
             await asyncio.sleep(0.1)
         assert server.accepted == 1
+        assert http.client.lingering_connections() == 0  # none kept once its chunk came
 
 
 async def test_connection_close_is_honoured(http: FrameStream) -> None:
@@ -574,7 +575,8 @@ async def test_aclose_closes_a_connection_still_waiting_for_its_last_chunk() -> 
     http = FrameStream()
     async with RawServer(handler) as server:
         assert (await collect(http, server.address))[-1].finished
-        assert http.client.idle_connections(server.address) == 0  # lingering, not pooled
+        assert http.client.idle_connections(server.address) == 0
+        assert http.client.lingering_connections() == 1  # waiting for its last chunk
         await http.aclose()
         await asyncio.wait_for(closed.wait(), 2)
 
