@@ -278,6 +278,7 @@ class Server:
         self.api_key: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log = opts.out / f"{model}-{self.kind}.log"
+        self.cores: set[int] | None = None  # CPUs its processes may run on (None: any)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
@@ -297,6 +298,9 @@ class Server:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        if self.cores is not None:
+            # seconds before it starts its threads and child processes: they inherit it
+            os.sched_setaffinity(self.process.pid, self.cores)
         deadline = time.monotonic() + timeout_s
         while True:
             if self.process.poll() is not None:
@@ -333,9 +337,10 @@ class Server:
 
 
 def _threads_count(threads: str) -> int | None:
-    """`--threads`: N, `auto` (each server's own choice) or `nobind` (vLLM's threads not
-    pinned to cores, as many as cores; Hydrant's own choice)."""
-    return None if threads in ("auto", "nobind") else int(threads)
+    """`--threads`: N, `auto` (each server's own choice), `nobind` (vLLM's threads not
+    pinned to cores, as many as cores; Hydrant's own choice) or `split` (bench/upstream.py:
+    vLLM alone on core 0)."""
+    return None if threads in ("auto", "nobind", "split") else int(threads)
 
 
 class VllmServer(Server):
@@ -356,6 +361,8 @@ class VllmServer(Server):
             env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{threads - 1}" if threads > 1 else "0"
         elif self.opts.threads == "nobind":
             env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        elif self.opts.threads == "split":
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "0"
         argv = [
             str(self.opts.peers / "bin" / "vllm"),
             "serve",

