@@ -252,6 +252,45 @@ def uptime() -> str:
         return " ".join(f.read().split()[:3])
 
 
+# vLLM's own histograms (its front end's clock: a request's arrival at vLLM to its first
+# token, and each request's mean time per output token), as (sum, count)
+VLLM_SERIES = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "tpot": "vllm:request_time_per_output_token_seconds",
+}
+
+
+# Hydrant's own: a request's time in the gateway outside the engine's (or upstream's)
+# stream: from its admission checks, which follow tokenizing, to the dispatch, and from
+# the stream's end to the request's
+HYDRANT_SERIES = {"front": "hydrant_gateway_overhead_seconds"}
+
+
+Totals = dict[str, tuple[float, float]]
+
+
+def histogram_totals(base_url: str, series_names: dict[str, str] = VLLM_SERIES) -> Totals:
+    """Prometheus histograms' running sums and counts, over every label set."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    totals = {key: [0.0, 0.0] for key in series_names}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name, _, value = line.partition(" ")
+        name = name.split("{", 1)[0]
+        for key, series in series_names.items():
+            if name == f"{series}_sum":
+                totals[key][0] += float(value)
+            elif name == f"{series}_count":
+                totals[key][1] += float(value)
+    return {key: (sum_, count) for key, (sum_, count) in totals.items()}
+
+
+def mean_ms(before: Totals, after: Totals, key: str) -> float:
+    count = after[key][1] - before[key][1]
+    return 1e3 * (after[key][0] - before[key][0]) / count if count else float("nan")
+
+
 # ---- servers --------------------------------------------------------------------------------
 
 
@@ -686,6 +725,32 @@ def measure(
     return best
 
 
+def own_table(runs: list[Run]) -> str:
+    """Each server's own view (medians over the rounds): vLLM's mean TTFT and TPOT from its
+    front end's arrival, and Hydrant's gateway time outside the engine per request. Beside
+    the client's figures they tell the serving path's share of a TTFT from the engine's."""
+    lines = [
+        "\n| model | rate | server | vLLM's own mean TTFT / TPOT ms"
+        " | Hydrant's gateway outside the engine, mean ms |",
+        "|---|---|---|---:|---:|",
+    ]
+    for key in dict.fromkeys((r.model, r.rate, r.server) for r in runs):
+        cells = [r.numbers for r in runs if (r.model, r.rate, r.server) == key]
+
+        def median(name: str, cells: list[dict[str, float]] = cells) -> float:
+            values = [c[name] for c in cells if name in c and not math.isnan(c[name])]
+            return statistics.median(values) if values else math.nan
+
+        model, rate, server = key
+        if server == "vllm":
+            ttft, tpot = median("own_ttft_ms"), median("own_tpot_ms")
+            lines.append(f"| {model} | {rate} | vLLM | {ttft:.1f} / {tpot:.2f} | |")
+        else:
+            own = median("own_front_ms")
+            lines.append(f"| {model} | {rate} | {LABELS.get(server, server)} | | {own:.2f} |")
+    return "\n".join(lines)
+
+
 # ---- the table ------------------------------------------------------------------------------
 
 
@@ -868,11 +933,16 @@ def main(argv: list[str] | None = None) -> int:
                 plan = [(server, rate) for rate in rates for server in started]
             for round_ in range(args.rounds):
                 for server, rate in plan:
+                    series = VLLM_SERIES if server.kind == "vllm" else HYDRANT_SERIES
+                    before = histogram_totals(server.base_url, series)
                     run = measure(opts, server, rate, prompts, args)
+                    after = histogram_totals(server.base_url, series)
+                    for key in series:
+                        run.numbers[f"own_{key}_ms"] = mean_ms(before, after, key)
                     run.round = round_
                     runs.append(run)
                     (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
-    text = table(runs, prompts, args.threads)
+    text = table(runs, prompts, args.threads) + "\n" + own_table(runs)
     (out / "table.md").write_text(text + "\n")
     print(text)
     return 0

@@ -67,6 +67,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving  # the servers, the client runner, the table
 from serving import (
+    HYDRANT_SERIES,
     TICK,
     Options,
     PoolServer,
@@ -74,6 +75,8 @@ from serving import (
     Server,
     VllmServer,
     check_peers,
+    histogram_totals,
+    mean_ms,
     measure,
     prepare_model,
     progress,
@@ -146,39 +149,6 @@ def measure_front(
     return run, FrontCpu(1e6 * used / max(tokens, 1), used / max(seconds, 1e-9))
 
 
-# vLLM's own histograms (its front end's clock: a request's arrival at vLLM to its first
-# token, and each request's mean time per output token), as (sum, count)
-VLLM_SERIES = {
-    "ttft": "vllm:time_to_first_token_seconds",
-    "tpot": "vllm:request_time_per_output_token_seconds",
-}
-
-
-# Hydrant's own: a request's time in the gateway outside the upstream's stream (from its
-# admission checks, which follow tokenizing, to the POST upstream, and from the stream's
-# end to the request's)
-HYDRANT_SERIES = {"front": "hydrant_gateway_overhead_seconds"}
-
-
-def histogram_totals(
-    base_url: str, series_names: dict[str, str] = VLLM_SERIES
-) -> dict[str, tuple[float, float]]:
-    """Prometheus histograms' running sums and counts, over every label set."""
-    text = httpx.get(f"{base_url}/metrics", timeout=10).text
-    totals = {key: [0.0, 0.0] for key in series_names}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        name, _, value = line.partition(" ")
-        name = name.split("{", 1)[0]
-        for key, series in series_names.items():
-            if name == f"{series}_sum":
-                totals[key][0] += float(value)
-            elif name == f"{series}_count":
-                totals[key][1] += float(value)
-    return {key: (sum_, count) for key, (sum_, count) in totals.items()}
-
-
 @dataclass
 class VllmView:
     """vLLM's own mean TTFT and TPOT (ms) over one front's run: what the front's
@@ -187,14 +157,6 @@ class VllmView:
     ttft_ms: float
     tpot_ms: float
     front_ms: float | None = None  # Hydrant's own time outside the upstream, mean
-
-
-Totals = dict[str, tuple[float, float]]
-
-
-def mean_ms(before: Totals, after: Totals, key: str) -> float:
-    count = after[key][1] - before[key][1]
-    return 1e3 * (after[key][0] - before[key][0]) / count if count else float("nan")
 
 
 def measure_viewed(
