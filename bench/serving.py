@@ -269,9 +269,20 @@ HYDRANT_SERIES = {"front": "hydrant_gateway_overhead_seconds"}
 Totals = dict[str, tuple[float, float]]
 
 
-def histogram_totals(base_url: str, series_names: dict[str, str] = VLLM_SERIES) -> Totals:
+# Hydrant's engine's own (a pool worker's `/metrics`): a request's arrival at the engine
+# (`add_request`) to its first token, and to its first schedule
+ENGINE_SERIES = {
+    "engine_ttft": "hydrant_time_to_first_token_seconds",
+    "engine_queue": "hydrant_request_queue_time_seconds",
+}
+
+
+def histogram_totals(
+    base_url: str, series_names: dict[str, str] = VLLM_SERIES, token: str | None = None
+) -> Totals:
     """Prometheus histograms' running sums and counts, over every label set."""
-    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    text = httpx.get(f"{base_url}/metrics", headers=headers, timeout=10).text
     totals = {key: [0.0, 0.0] for key in series_names}
     for line in text.splitlines():
         if line.startswith("#"):
@@ -488,6 +499,17 @@ class PoolServer(HydrantServer):
         super().__init__(model, model_dir, opts)
         self.database = f"hydrant_serving_{secrets.token_hex(4)}"
         self.prefix = f"hydrant-serving:{secrets.token_hex(4)}"
+        self.worker_secret = secrets.token_urlsafe(24)
+
+    def engine_totals(self) -> Totals:
+        """The engine's own histograms, summed over the pool's workers."""
+        headers = {"Authorization": f"Bearer {self.admin_key}"}
+        pool = httpx.get(f"{self.base_url}/admin/pools/{self.model}", headers=headers, timeout=10)
+        totals = {key: (0.0, 0.0) for key in ENGINE_SERIES}
+        for worker in pool.raise_for_status().json().get("workers", []):
+            one = histogram_totals(worker["address"], ENGINE_SERIES, self.worker_secret)
+            totals = {k: (totals[k][0] + one[k][0], totals[k][1] + one[k][1]) for k in totals}
+        return totals
 
     def env(self) -> dict[str, str]:
         return {
@@ -495,7 +517,7 @@ class PoolServer(HydrantServer):
             "HYDRANT_DATABASE_URL": f"{self.opts.postgres}/{self.database}",
             "HYDRANT_REDIS_URL": self.opts.redis,
             "HYDRANT_WORKER_POOLS": "true",
-            "HYDRANT_WORKER_SECRET": secrets.token_urlsafe(24),
+            "HYDRANT_WORKER_SECRET": self.worker_secret,
             "HYDRANT_WORKER_REGISTRY_PREFIX": self.prefix,
             "HYDRANT_POOL_START_WORKERS": "1",
             "HYDRANT_POOL_MAX_WORKERS": "1",
@@ -727,12 +749,14 @@ def measure(
 
 def own_table(runs: list[Run]) -> str:
     """Each server's own view (medians over the rounds): vLLM's mean TTFT and TPOT from its
-    front end's arrival, and Hydrant's gateway time outside the engine per request. Beside
-    the client's figures they tell the serving path's share of a TTFT from the engine's."""
+    front end's arrival, Hydrant's gateway time outside the engine per request, and (worker
+    pool) its engine's mean TTFT and queue time from `add_request`. Beside the client's
+    figures they tell the serving path's share of a TTFT from the engine's."""
     lines = [
         "\n| model | rate | server | vLLM's own mean TTFT / TPOT ms"
-        " | Hydrant's gateway outside the engine, mean ms |",
-        "|---|---|---|---:|---:|",
+        " | Hydrant's gateway outside the engine, mean ms"
+        " | Hydrant's engine's own mean TTFT / queue ms (pool) |",
+        "|---|---|---|---:|---:|---:|",
     ]
     for key in dict.fromkeys((r.model, r.rate, r.server) for r in runs):
         cells = [r.numbers for r in runs if (r.model, r.rate, r.server) == key]
@@ -744,10 +768,12 @@ def own_table(runs: list[Run]) -> str:
         model, rate, server = key
         if server == "vllm":
             ttft, tpot = median("own_ttft_ms"), median("own_tpot_ms")
-            lines.append(f"| {model} | {rate} | vLLM | {ttft:.1f} / {tpot:.2f} | |")
+            lines.append(f"| {model} | {rate} | vLLM | {ttft:.1f} / {tpot:.2f} | | |")
         else:
             own = median("own_front_ms")
-            lines.append(f"| {model} | {rate} | {LABELS.get(server, server)} | | {own:.2f} |")
+            engine = f"{median('own_engine_ttft_ms'):.1f} / {median('own_engine_queue_ms'):.1f}"
+            label = LABELS.get(server, server)
+            lines.append(f"| {model} | {rate} | {label} | | {own:.2f} | {engine} |")
     return "\n".join(lines)
 
 
@@ -935,10 +961,16 @@ def main(argv: list[str] | None = None) -> int:
                 for server, rate in plan:
                     series = VLLM_SERIES if server.kind == "vllm" else HYDRANT_SERIES
                     before = histogram_totals(server.base_url, series)
+                    pool = server if isinstance(server, PoolServer) else None
+                    engine_before = pool.engine_totals() if pool else {}
                     run = measure(opts, server, rate, prompts, args)
                     after = histogram_totals(server.base_url, series)
                     for key in series:
                         run.numbers[f"own_{key}_ms"] = mean_ms(before, after, key)
+                    if pool:
+                        engine_after = pool.engine_totals()
+                        for key in ENGINE_SERIES:
+                            run.numbers[f"own_{key}_ms"] = mean_ms(engine_before, engine_after, key)
                     run.round = round_
                     runs.append(run)
                     (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
