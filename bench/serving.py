@@ -252,6 +252,9 @@ def uptime() -> str:
         return " ".join(f.read().split()[:3])
 
 
+Totals = dict[str, tuple[float, float]]  # a histogram's (sum, count), by the series' key
+
+
 # vLLM's own histograms (its front end's clock: a request's arrival at vLLM to its first
 # token, and each request's mean time per output token), as (sum, count)
 VLLM_SERIES = {
@@ -264,9 +267,6 @@ VLLM_SERIES = {
 # stream: from its admission checks, which follow tokenizing, to the dispatch, and from
 # the stream's end to the request's
 HYDRANT_SERIES = {"front": "hydrant_gateway_overhead_seconds"}
-
-
-Totals = dict[str, tuple[float, float]]
 
 
 # Hydrant's engine's own (a pool worker's `/metrics`): a request's arrival at the engine
@@ -297,9 +297,13 @@ def histogram_totals(
     return {key: (sum_, count) for key, (sum_, count) in totals.items()}
 
 
-def mean_ms(before: Totals, after: Totals, key: str) -> float:
-    count = after[key][1] - before[key][1]
-    return 1e3 * (after[key][0] - before[key][0]) / count if count else float("nan")
+def means_ms(before: Totals, after: Totals) -> dict[str, float]:
+    """Each histogram's mean (ms) over what it observed between the two readings."""
+    means = {}
+    for key, (sum_after, count_after) in after.items():
+        count = count_after - before[key][1]
+        means[key] = 1e3 * (sum_after - before[key][0]) / count if count else math.nan
+    return means
 
 
 # ---- servers --------------------------------------------------------------------------------
@@ -964,13 +968,10 @@ def main(argv: list[str] | None = None) -> int:
                     pool = server if isinstance(server, PoolServer) else None
                     engine_before = pool.engine_totals() if pool else {}
                     run = measure(opts, server, rate, prompts, args)
-                    after = histogram_totals(server.base_url, series)
-                    for key in series:
-                        run.numbers[f"own_{key}_ms"] = mean_ms(before, after, key)
+                    own = means_ms(before, histogram_totals(server.base_url, series))
                     if pool:
-                        engine_after = pool.engine_totals()
-                        for key in ENGINE_SERIES:
-                            run.numbers[f"own_{key}_ms"] = mean_ms(engine_before, engine_after, key)
+                        own |= means_ms(engine_before, pool.engine_totals())
+                    run.numbers |= {f"own_{key}_ms": ms for key, ms in own.items()}
                     run.round = round_
                     runs.append(run)
                     (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))

@@ -76,7 +76,7 @@ from serving import (
     VllmServer,
     check_peers,
     histogram_totals,
-    mean_ms,
+    means_ms,
     measure,
     prepare_model,
     progress,
@@ -98,30 +98,34 @@ class FrontCpu:
 SERVICES = ("redis-server", "postgres")  # process names of the gateway's local services
 
 
+def service_threads() -> Iterator[int]:
+    """The thread ids of every local Redis and PostgreSQL process."""
+    for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
+        with contextlib.suppress(OSError):  # gone while we looked
+            if (task / "comm").read_text().strip() in SERVICES:
+                yield int(task.name)
+
+
 @contextlib.contextmanager
 def services_on(cores: set[int]) -> Iterator[None]:
     """Run the local Redis and PostgreSQL processes (every thread) on `cores`, and put
     them back where they were at the end. A process this user may not move is left."""
     moved: dict[int, set[int]] = {}
-    for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
+    for tid in service_threads():
         with contextlib.suppress(OSError):
-            if (task / "comm").read_text().strip() in SERVICES:
-                tid = int(task.name)
-                before = os.sched_getaffinity(tid)
-                os.sched_setaffinity(tid, cores)
-                moved[tid] = before
+            before = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, cores)
+            moved[tid] = before
     progress(f"  the gateway's local services on cores {sorted(cores)} ({len(moved)} threads)")
     try:
         yield
     finally:
-        for tid, before in moved.items():
+        # PostgreSQL backends forked during the run inherited `cores`: they go back to
+        # where the services ran before
+        everywhere = set().union(*moved.values())
+        for tid in service_threads():
             with contextlib.suppress(OSError):  # gone since (a PostgreSQL backend)
-                os.sched_setaffinity(tid, before)
-        # PostgreSQL backends forked during the run inherited the set: back with the rest
-        for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
-            with contextlib.suppress(OSError):
-                if (task / "comm").read_text().strip() in SERVICES and int(task.name) not in moved:
-                    os.sched_setaffinity(int(task.name), os.sched_getaffinity(0) | {0})
+                os.sched_setaffinity(tid, moved.get(tid, everywhere))
 
 
 def measure_front(
@@ -168,10 +172,11 @@ def measure_viewed(
     own_before = histogram_totals(server.base_url, HYDRANT_SERIES) if hydrant else {}
     run, used = measure_front(opts, server, rate, args.num_prompts, args)
     after = histogram_totals(vllm.base_url)
-    view = VllmView(mean_ms(before, after, "ttft"), mean_ms(before, after, "tpot"))
+    vllm_own = means_ms(before, after)
+    view = VllmView(vllm_own["ttft"], vllm_own["tpot"])
     if hydrant:
         own_after = histogram_totals(server.base_url, HYDRANT_SERIES)
-        view.front_ms = mean_ms(own_before, own_after, "front")
+        view.front_ms = means_ms(own_before, own_after)["front"]
     return run, used, view
 
 
