@@ -775,7 +775,8 @@ def own_table(runs: list[Run]) -> str:
             lines.append(f"| {model} | {rate} | vLLM | {ttft:.1f} / {tpot:.2f} | | |")
         else:
             own = median("own_front_ms")
-            engine = f"{median('own_engine_ttft_ms'):.1f} / {median('own_engine_queue_ms'):.1f}"
+            ttft, queue = median("own_engine_ttft_ms"), median("own_engine_queue_ms")
+            engine = "-" if math.isnan(ttft) else f"{ttft:.1f} / {queue:.1f}"  # pools only
             label = LABELS.get(server, server)
             lines.append(f"| {model} | {rate} | {label} | | {own:.2f} | {engine} |")
     return "\n".join(lines)
