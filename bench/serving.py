@@ -10,12 +10,14 @@ in turn on the same checkpoint directory, and runs vLLM's benchmark client
 
     vllm bench serve --backend openai --endpoint /v1/completions --dataset-name random
         --random-input-len 256 --random-output-len 128 --num-prompts 200 --ignore-eos
-        --request-rate R --seed 0 --save-result ...
+        --request-rate R --seed 0 --save-result --save-detailed ...
 
 against each, one run after the other (same seed: the same prompts for every server),
-reading the numbers from the client's `--save-result` JSON. The servers of a model are all
-started first (and warmed up with 20 requests); then at each rate the client runs against
-each server in turn (`--order interleaved`, the default: a burst of load from other
+reading the numbers from the client's `--save-result` JSON (`--input-len` and
+`--output-len` change the lengths; with `--save-detailed` the JSON also holds every
+request's start time, TTFT and inter-token gaps, for timelines of a burst). The servers
+of a model are all started first (and warmed up with 20 requests); then at each rate the
+client runs against each server in turn (`--order interleaved`, the default: a burst of load from other
 processes on a shared machine then falls on every server of that rate, not on one server
 for all its rates; idle servers cost nothing measurable), or all of one server's rates
 before the next server's (`--order serial`). `--rounds N` repeats it all; the table then
@@ -317,6 +319,8 @@ class Options:
     postgres: str
     redis: str
     out: Path
+    input_len: int = 256  # the random dataset's prompt and output lengths
+    output_len: int = 128
 
 
 class Server:
@@ -611,9 +615,9 @@ def client_command(
         "--dataset-name",
         "random",
         "--random-input-len",
-        "256",
+        str(opts.input_len),
         "--random-output-len",
-        "128",
+        str(opts.output_len),
         "--num-prompts",
         str(prompts),
         "--ignore-eos",
@@ -627,6 +631,7 @@ def client_command(
         "50,99",
         "--disable-tqdm",
         "--save-result",
+        "--save-detailed",
         "--result-dir",
         str(result.parent),
         "--result-filename",
@@ -815,14 +820,16 @@ def table(
     threads: str,
     order: tuple[str, ...] = SERVERS,
     labels: dict[str, str] | None = None,
+    lengths: tuple[int, int] = (256, 128),
 ) -> str:
     """One section per model; at each rate a row per server (`order`), each figure with its
-    ratio to the `vllm` row's."""
+    ratio to the `vllm` row's (`lengths`: the requests' prompt and output tokens)."""
     labels = labels or LABELS
     lines = []
     for model in dict.fromkeys(r.model for r in runs):
         lines.append(
-            f"\n## {model}: {prompts} prompts, random 256 in / 128 out, ignore_eos,"
+            f"\n## {model}: {prompts} prompts, random {lengths[0]} in / {lengths[1]} out,"
+            " ignore_eos,"
             f" float32, threads {threads}, prefix caching off\n"
         )
         lines.append(
@@ -898,6 +905,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", help="comma list of vllm,embedded,pool (default all)")
     parser.add_argument("--num-prompts", type=int, help="requests per run (default 200)")
     parser.add_argument(
+        "--input-len", type=int, default=256, help="prompt tokens of each request (default 256)"
+    )
+    parser.add_argument(
+        "--output-len", type=int, default=128, help="output tokens of each request (default 128)"
+    )
+    parser.add_argument(
         "--threads", default="2", help="compute threads of each engine: N or auto (default 2)"
     )
     parser.add_argument("--kv-gib", type=int, default=2, help="KV cache memory of each engine")
@@ -944,7 +957,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--threads must be a positive number, auto or nobind")
     out = Path(args.out or tempfile.mkdtemp(prefix="hydrant-serving-"))
     out.mkdir(parents=True, exist_ok=True)
-    opts = Options(peers, args.threads, args.kv_gib, args.postgres, args.redis, out)
+    if args.input_len < 1 or args.output_len < 1:
+        parser.error("--input-len and --output-len must be positive")
+    opts = Options(
+        peers,
+        args.threads,
+        args.kv_gib,
+        args.postgres,
+        args.redis,
+        out,
+        args.input_len,
+        args.output_len,
+    )
     models_dir = Path(args.models_dir) if args.models_dir else out / "models"
     progress(f"results in {out}")
 
@@ -976,7 +1000,8 @@ def main(argv: list[str] | None = None) -> int:
                     run.round = round_
                     runs.append(run)
                     (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
-    text = table(runs, prompts, args.threads) + "\n" + own_table(runs)
+    lengths = (opts.input_len, opts.output_len)
+    text = table(runs, prompts, args.threads, lengths=lengths) + "\n" + own_table(runs)
     (out / "table.md").write_text(text + "\n")
     print(text)
     return 0

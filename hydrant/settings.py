@@ -131,6 +131,7 @@ class Settings:
     max_request_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
     body_read_timeout_s: float = 30.0
+    ingest_concurrency: int = 8  # generation requests in the admission path at once; 0: off
     header_read_timeout_s: float = 10.0
     keep_alive_timeout_s: int = 5
     auth_max_failures: int = 20

@@ -24,6 +24,8 @@ from litestar.exceptions import HTTPException
 from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 
 from hydrant.errors import ConfigurationError
+from hydrant.platform.http.ingest import ingest_middleware
+from hydrant.platform.quotas.ingest_order import IngestGate
 from hydrant.platform.quotas.rate_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from hydrant.settings import Settings
 
@@ -83,6 +85,8 @@ def hardening_middleware(settings: Settings) -> list[Any]:
         raise ConfigurationError("HYDRANT_MAX_HEADER_BYTES must be at least 1024")
     if not timeout_s > 0:
         raise ConfigurationError("HYDRANT_BODY_READ_TIMEOUT_S must be a positive number")
+    if settings.ingest_concurrency < 0:
+        raise ConfigurationError("HYDRANT_INGEST_CONCURRENCY must be 0 (off) or more")
 
     def limits(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
@@ -97,7 +101,11 @@ def hardening_middleware(settings: Settings) -> list[Any]:
 
         return middleware
 
-    return [limits]
+    if settings.ingest_concurrency == 0:
+        return [limits]
+    # inside `limits`: the body it reads first is read under the deadline
+    gate = IngestGate(settings.ingest_concurrency)
+    return [limits, ingest_middleware(gate, settings.max_request_body_bytes)]
 
 
 def cors_origins(settings: Settings) -> list[str]:

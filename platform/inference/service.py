@@ -22,6 +22,7 @@ from hydrant.platform.errors import InvalidRequest, ServiceUnavailable
 from hydrant.platform.ledger.accounting import EntryStatus, LedgerWriter, Outcome
 from hydrant.platform.models.registry import ServedModel
 from hydrant.platform.quotas.admission import Admission, Gatekeeper, RequestContext
+from hydrant.platform.quotas.ingest_order import leave_ingest_gate
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +276,7 @@ class InferenceService:
         if self._ready is not None:
             await self._ready()
         admission = await self.gatekeeper.admit(ctx)
+        leave_ingest_gate()  # admitted: the next in line may start while this one dispatches
         prepared = ctx.prepared
         batched = len(prepared.prompts) > 1
         prompts = []

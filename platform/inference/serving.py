@@ -19,6 +19,7 @@ from litestar.response import Response, Stream
 from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.tokenizer import Tokenizer
 from hydrant.platform.auth.principal import Principal
+from hydrant.platform.db.base import utcnow
 from hydrant.platform.errors import PermissionDenied
 from hydrant.platform.http.disconnect import unless_client_leaves
 from hydrant.platform.http.request_id import request_id_for
@@ -30,6 +31,7 @@ from hydrant.platform.ledger.accounting import LedgerWriter
 from hydrant.platform.ledger.attribution import TAGS_HEADER, Attribution, merge_tags
 from hydrant.platform.models.registry import ServedModel
 from hydrant.platform.quotas.admission import BATCH_PRIORITY, BatchTicket, RequestContext
+from hydrant.platform.quotas.ingest_order import arrival
 
 SSE_HEADERS = {
     # Set here, not only as `media_type`: Litestar lets the handler's (JSON) media type win
@@ -100,6 +102,8 @@ def _context(
         attribution=attribution,
         project=principal.project,
         key_quota=principal.key_quota,
+        # from its arrival: a wait for its place in the admission path is gateway time too
+        started_at=arrival() or utcnow(),
     )
 
 

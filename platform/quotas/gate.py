@@ -55,6 +55,7 @@ from hydrant.platform.quotas.credit_check import (
     CreditSource,
     CreditStanding,
 )
+from hydrant.platform.quotas.ingest_order import leave_ingest_gate
 from hydrant.platform.quotas.rate_headers import rate_limit_headers
 
 log = logging.getLogger(__name__)
@@ -330,6 +331,7 @@ class QuotaGate:
         lane = None
         if tier.tier is Tier.LONG:
             lane = self.lane(ctx.model)
+            leave_ingest_gate()  # the lane may wait for seconds: not in the gateway's way
             waited_from = time.monotonic()
             try:
                 await lane.enter(tier.queue_timeout_s or policy.long_queue_timeout_s, prompts)
