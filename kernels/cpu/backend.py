@@ -13,7 +13,10 @@ Two variants, chosen once for the model's dtype (`cpu_backend`):
   `F.linear`, so a machine that cannot build the C kernel runs the plain
   PyTorch path whole.
 
-Both run prefill as per-sequence SDPA; the second runs the elementwise ops of
+Prefill: in float32 with the C kernel, the positions of prompts of at most
+`native_decode.ROWS_MAX_CONTEXT` tokens of context run as rows of the decode kernel
+(each attending to its sequence up to itself), longer prompts per-sequence SDPA;
+otherwise per-sequence SDPA for all. The second runs the elementwise ops of
 `elementwise.py`. None re-validates arguments per call. The int8 KV cache
 (`kv_int8`) and the weight-only matmuls have no faster CPU code: with scales,
 the KV ops are the reference's (checked, float32), as are W8A16/W4A16. The
@@ -105,7 +108,7 @@ def paged_prefill_attention(
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     if k_scale is None and v_scale is None:
-        return attention.paged_prefill_attention(
+        return native_decode.paged_prefill_attention(
             q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale
         )
     return checked.paged_prefill_attention(
@@ -124,7 +127,7 @@ def paged_prefill_attention(
 
 NATIVE = KernelBackend(
     name="cpu",
-    detail="C decode attention, oneDNN linears, PyTorch prefill",
+    detail="C decode and short-prompt prefill attention, oneDNN linears, PyTorch long prefill",
     features=frozenset({"kv_int8", "fast_linears"}),
     write_kv=write_kv,
     paged_decode_attention=_decode_with(native_decode.paged_decode_attention),

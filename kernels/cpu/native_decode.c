@@ -682,11 +682,19 @@ static void attend_sequence_any(const float *q, const float *k_cache, const floa
     }
 }
 
-int hydrant_paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
-                             const int32_t *block_tables, int64_t table_stride,
-                             const int32_t *context_lens, float *out, int batch, int num_heads,
-                             int num_kv_heads, int head_dim, int block_size, int max_context,
-                             float scale, int num_threads) {
+/*
+ * Each row attends to the first row_ctx[r] positions of the sequence whose block table is
+ * row row_seq[r] (row_seq NULL: row r's own table). Decode is one row per sequence; a
+ * prefill gives every prompt position a row of its own, its context ending at itself
+ * (causal), so a short prompt's attention is this kernel over its rows instead of one
+ * SDPA call per sequence (a gather of its blocks and a flash kernel whose fixed costs and
+ * 32-row tiles dominate below a few hundred tokens).
+ */
+static int attend_rows(const float *q, const float *k_cache, const float *v_cache,
+                       const int32_t *block_tables, int64_t table_stride, const int32_t *row_seq,
+                       const int32_t *row_ctx, float *out, int rows, int num_heads,
+                       int num_kv_heads, int head_dim, int block_size, int max_context,
+                       float scale, int num_threads) {
     int failed = 0;
 #pragma omp parallel num_threads(num_threads)
     {
@@ -697,19 +705,40 @@ int hydrant_paged_decode_f32(const float *q, const float *k_cache, const float *
             failed = 1;
         }
 #pragma omp for schedule(dynamic, 1)
-        for (int b = 0; b < batch; b++) {
+        for (int b = 0; b < rows; b++) {
             const int64_t offset = (int64_t)b * num_heads * head_dim;
             if (scores == NULL || acc == NULL) continue;
-            if (context_lens[b] <= 0) {
+            if (row_ctx[b] <= 0) {
                 memset(out + offset, 0, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
                 continue;
             }
-            attend_sequence_any(q + offset, k_cache, v_cache, block_tables + (int64_t)b * table_stride,
-                                context_lens[b], out + offset, scores, acc, num_heads,
-                                num_kv_heads, head_dim, block_size, scale);
+            const int64_t seq = row_seq == NULL ? b : row_seq[b];
+            attend_sequence_any(q + offset, k_cache, v_cache, block_tables + seq * table_stride,
+                                row_ctx[b], out + offset, scores, acc, num_heads, num_kv_heads,
+                                head_dim, block_size, scale);
         }
         free(scores);
         free(acc);
     }
     return failed ? -1 : 0;
+}
+
+int hydrant_paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
+                             const int32_t *block_tables, int64_t table_stride,
+                             const int32_t *context_lens, float *out, int batch, int num_heads,
+                             int num_kv_heads, int head_dim, int block_size, int max_context,
+                             float scale, int num_threads) {
+    return attend_rows(q, k_cache, v_cache, block_tables, table_stride, NULL, context_lens, out,
+                       batch, num_heads, num_kv_heads, head_dim, block_size, max_context, scale,
+                       num_threads);
+}
+
+int hydrant_paged_rows_f32(const float *q, const float *k_cache, const float *v_cache,
+                           const int32_t *block_tables, int64_t table_stride,
+                           const int32_t *row_seq, const int32_t *row_ctx, float *out, int rows,
+                           int num_heads, int num_kv_heads, int head_dim, int block_size,
+                           int max_context, float scale, int num_threads) {
+    return attend_rows(q, k_cache, v_cache, block_tables, table_stride, row_seq, row_ctx, out,
+                       rows, num_heads, num_kv_heads, head_dim, block_size, max_context, scale,
+                       num_threads);
 }

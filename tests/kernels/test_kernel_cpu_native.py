@@ -24,7 +24,7 @@ from kernel_testing import rel_error
 from torch import nn
 
 from hydrant.kernels.cpu import native_decode
-from hydrant.kernels.cpu.attention import paged_decode_attention
+from hydrant.kernels.cpu.attention import paged_decode_attention, paged_prefill_attention
 from hydrant.kernels.cpu.linear import (
     PACK_ROWS_HINT,
     OneDnnLinear,
@@ -110,6 +110,50 @@ def test_native_decode_does_not_depend_on_the_batch(native_build: ctypes.CDLL | 
         assert torch.equal(alone[0], batched[i])
 
 
+def _prefill_case(
+    contexts: list[int], q_lens: list[int], heads: int, kv_heads: int, head_dim: int, seed: int
+) -> tuple[torch.Tensor, ...]:
+    """A prefill batch: sequence i has `contexts[i]` tokens cached, the last `q_lens[i]` of
+    them its new positions (q_len < context: a later chunk or a prefix-cache hit)."""
+    _, k, v, tables, ctx = _case(contexts, heads, kv_heads, head_dim, 16, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    cu = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    q = torch.randn(int(cu[-1]), heads, head_dim, generator=gen)
+    return q, k, v, tables, cu, ctx
+
+
+@requires_native
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 32), (8, 2, 64), (6, 2, 80)])
+def test_native_prefill_matches_float64_reference(
+    heads: int, kv_heads: int, head_dim: int, native_build: ctypes.CDLL | None
+) -> None:
+    """Short prompts run as rows of the C kernel, long ones (over ROWS_MAX_CONTEXT) as SDPA,
+    in one batch, whole prompts and later chunks alike, and a sequence with no new rows."""
+    limit = native_decode.ROWS_MAX_CONTEXT
+    contexts = [1, 17, 300, limit, limit + 1, 40, 700, 9]
+    q_lens = [1, 17, 120, limit, 200, 0, 700, 9]
+    q, k, v, tables, cu, ctx = _prefill_case(contexts, q_lens, heads, kv_heads, head_dim, heads)
+    scale = head_dim**-0.5
+    ref = paged_prefill_attention(q.double(), k.double(), v.double(), tables, cu, ctx, scale)
+    out = native_decode.paged_prefill_attention(q, k, v, tables, cu, ctx, scale, native_build)
+    assert out.dtype == torch.float32 and out.shape == q.shape
+    starts = cu.tolist()
+    for i in range(len(contexts)):  # each sequence on its own, not just the batch norm
+        part = slice(starts[i], starts[i + 1])
+        if starts[i + 1] > starts[i]:
+            assert rel_error(out[part], ref[part]) < 1e-5, f"sequence {i}"
+
+
+@requires_native
+def test_native_prefill_of_short_prompts_only_and_long_only() -> None:
+    """The two uniform batches take one path each; both still match."""
+    for contexts in ([5, 64, 256], [600, 1030]):
+        q, k, v, tables, cu, ctx = _prefill_case(contexts, contexts, 4, 2, 32, seed=len(contexts))
+        ref = paged_prefill_attention(q.double(), k.double(), v.double(), tables, cu, ctx, 0.2)
+        out = native_decode.paged_prefill_attention(q, k, v, tables, cu, ctx, 0.2)
+        assert rel_error(out, ref) < 1e-5, contexts
+
+
 def test_unsupported_inputs_take_the_torch_path() -> None:
     q, k, v, tables, ctx = _case([9, 20], 4, 2, 32, 8, seed=3)
     for dtype in (torch.bfloat16, torch.float64):
@@ -120,6 +164,11 @@ def test_unsupported_inputs_take_the_torch_path() -> None:
     strided = q.transpose(0, 1).contiguous().transpose(0, 1)  # same values, not contiguous
     out = native_decode.paged_decode_attention(strided, k, v, tables, ctx, 0.2)
     assert torch.allclose(out, paged_decode_attention(q, k, v, tables, ctx, 0.2), atol=1e-5)
+    q, k, v, tables, cu, ctx = _prefill_case([9, 20], [9, 4], 4, 2, 32, seed=3)
+    args = (q.bfloat16(), k.bfloat16(), v.bfloat16(), tables, cu, ctx, 0.2)
+    out = native_decode.paged_prefill_attention(*args)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, paged_prefill_attention(*args))
 
 
 @requires_native
