@@ -217,11 +217,13 @@ def paged_prefill_attention(
     context_lens: torch.Tensor,
     scale: float,
     max_seqlen_q: int | None = None,
+    skip: list[bool] | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's last q_len positions over its whole context.
 
     Earlier context (prefix-cache hits, earlier chunks) is read from the cache
-    like the new tokens, which were written there before this call.
+    like the new tokens, which were written there before this call. `skip[b]`:
+    sequence b's rows are left unwritten (native_decode's row kernel fills them).
     """
     out = torch.empty_like(q)
     block_size = k_cache.shape[1]
@@ -231,7 +233,7 @@ def paged_prefill_attention(
     for b, ctx in enumerate(lens):
         q_start, q_end = starts[b], starts[b + 1]
         q_len = q_end - q_start
-        if q_len == 0:
+        if q_len == 0 or (skip is not None and skip[b]):
             continue
         num_blocks = -(-ctx // block_size)
         table = block_tables[b : b + 1, :num_blocks]

@@ -171,6 +171,19 @@ def available() -> bool:
     return load() is not None
 
 
+def _takes(library: ctypes.CDLL | None, q: torch.Tensor, *caches: torch.Tensor) -> bool:
+    """The C kernels can run on these: built, float32 on the CPU, whole GQA groups, and
+    every tensor contiguous (`caches`: K, V, then the index tensors the kernel reads)."""
+    k_cache, v_cache = caches[0], caches[1]
+    return (
+        library is not None
+        and q.device.type == "cpu"
+        and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        and q.shape[1] % k_cache.shape[2] == 0
+        and all(t.is_contiguous() for t in (q, *caches))
+    )
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -192,12 +205,8 @@ def paged_decode_attention(
         library = _library if _tried else load()  # no lock per layer once it is settled
     batch, num_heads, head_dim = q.shape
     native = (
-        library is not None
-        and q.device.type == "cpu"
-        and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        _takes(library, q, k_cache, v_cache, block_tables, context_lens)
         and block_tables.dtype == context_lens.dtype == torch.int32
-        and num_heads % k_cache.shape[2] == 0
-        and all(t.is_contiguous() for t in (q, k_cache, v_cache, block_tables, context_lens))
     )
     if not native or batch == 0:
         return attention.paged_decode_attention(
@@ -252,15 +261,7 @@ def paged_prefill_attention(
     to its sequence up to itself, all in one call; longer ones run SDPA per sequence."""
     if library is None:
         library = _library if _tried else load()
-    num_heads = q.shape[1]
-    native = (
-        library is not None
-        and q.device.type == "cpu"
-        and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
-        and num_heads % k_cache.shape[2] == 0
-        and all(t.is_contiguous() for t in (q, k_cache, v_cache, block_tables))
-    )
-    if not native or q.shape[0] == 0:
+    if not _takes(library, q, k_cache, v_cache, block_tables) or q.shape[0] == 0:
         return attention.paged_prefill_attention(
             q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale
         )
@@ -274,7 +275,10 @@ def paged_prefill_attention(
     row_ctx = contexts[row_seq] - (cu[row_seq + 1] - torch.arange(q.shape[0]) - 1)
     if bool(short.all()):
         return _rows(library, q, k_cache, v_cache, block_tables, row_seq, row_ctx, scale)
-    out = torch.empty_like(q)
+    # the long prompts by SDPA, the short ones' rows left for the row kernel
+    out = attention.paged_prefill_attention(
+        q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, skip=short.tolist()
+    )
     if bool(short.any()):
         picked = torch.nonzero(short[row_seq]).flatten()
         rows = _rows(
@@ -288,19 +292,6 @@ def paged_prefill_attention(
             scale,
         )
         out.index_copy_(0, picked, rows)
-    starts = cu.tolist()
-    for b in torch.nonzero(~short).flatten().tolist():
-        begin, end = starts[b], starts[b + 1]
-        if end > begin:
-            out[begin:end] = attention.paged_prefill_attention(
-                q[begin:end],
-                k_cache,
-                v_cache,
-                block_tables[b : b + 1],
-                torch.tensor([0, end - begin], dtype=cu_seqlens_q.dtype),
-                context_lens[b : b + 1],
-                scale,
-            )
     return out
 
 
