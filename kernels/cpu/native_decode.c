@@ -683,15 +683,17 @@ static void attend_sequence_any(const float *q, const float *k_cache, const floa
 }
 
 /*
- * Each row attends to the first row_ctx[r] positions of the sequence whose block table is
- * row row_seq[r] (row_seq NULL: row r's own table). Decode is one row per sequence; a
+ * Each row r (of q and out: row_index[r], or r where row_index is NULL) attends to the first
+ * row_ctx[r] positions of the sequence whose block table is row row_seq[r] (row_seq NULL:
+ * row r's own table). Decode is one row per sequence; a
  * prefill gives every prompt position a row of its own, its context ending at itself
  * (causal), so a short prompt's attention is this kernel over its rows instead of one
  * SDPA call per sequence (a gather of its blocks and a flash kernel whose fixed costs and
  * 32-row tiles dominate below a few hundred tokens).
  */
 static int attend_rows(const float *q, const float *k_cache, const float *v_cache,
-                       const int32_t *block_tables, int64_t table_stride, const int32_t *row_seq,
+                       const int32_t *block_tables, int64_t table_stride,
+                       const int32_t *row_index, const int32_t *row_seq,
                        const int32_t *row_ctx, float *out, int rows, int num_heads,
                        int num_kv_heads, int head_dim, int block_size, int max_context,
                        float scale, int num_threads) {
@@ -706,7 +708,8 @@ static int attend_rows(const float *q, const float *k_cache, const float *v_cach
         }
 #pragma omp for schedule(dynamic, 1)
         for (int b = 0; b < rows; b++) {
-            const int64_t offset = (int64_t)b * num_heads * head_dim;
+            const int64_t row = row_index == NULL ? b : row_index[b];
+            const int64_t offset = row * num_heads * head_dim;
             if (scores == NULL || acc == NULL) continue;
             if (row_ctx[b] <= 0) {
                 memset(out + offset, 0, sizeof(float) * (size_t)num_heads * (size_t)head_dim);
@@ -728,17 +731,54 @@ int hydrant_paged_decode_f32(const float *q, const float *k_cache, const float *
                              const int32_t *context_lens, float *out, int batch, int num_heads,
                              int num_kv_heads, int head_dim, int block_size, int max_context,
                              float scale, int num_threads) {
-    return attend_rows(q, k_cache, v_cache, block_tables, table_stride, NULL, context_lens, out,
-                       batch, num_heads, num_kv_heads, head_dim, block_size, max_context, scale,
-                       num_threads);
+    return attend_rows(q, k_cache, v_cache, block_tables, table_stride, NULL, NULL, context_lens,
+                       out, batch, num_heads, num_kv_heads, head_dim, block_size, max_context,
+                       scale, num_threads);
 }
 
-int hydrant_paged_rows_f32(const float *q, const float *k_cache, const float *v_cache,
-                           const int32_t *block_tables, int64_t table_stride,
-                           const int32_t *row_seq, const int32_t *row_ctx, float *out, int rows,
-                           int num_heads, int num_kv_heads, int head_dim, int block_size,
-                           int max_context, float scale, int num_threads) {
-    return attend_rows(q, k_cache, v_cache, block_tables, table_stride, row_seq, row_ctx, out,
-                       rows, num_heads, num_kv_heads, head_dim, block_size, max_context, scale,
-                       num_threads);
+/*
+ * Prefill attention as rows: every new position of sequence s (rows cu_seqlens[s] up to
+ * cu_seqlens[s + 1]) attends to its context up to itself, context_lens[s] less the rows
+ * after it. The rows' indices are derived here from the step's per-sequence tensors, so
+ * each layer's call costs no index tensors in Python. Sequences with skip[s] set (skip
+ * may be NULL) are left unwritten: the caller filled them by another path. Returns -2,
+ * writing nothing, when a context does not fit its block table (the scheduler's
+ * invariant), -1 when a buffer cannot be allocated.
+ */
+int hydrant_paged_prefill_f32(const float *q, const float *k_cache, const float *v_cache,
+                              const int32_t *block_tables, int64_t table_stride,
+                              const int32_t *cu_seqlens, const int32_t *context_lens,
+                              const uint8_t *skip, float *out, int num_seqs, int num_heads,
+                              int num_kv_heads, int head_dim, int block_size, float scale,
+                              int num_threads) {
+    const int total = cu_seqlens[num_seqs];
+    if (total <= 0) return 0;
+    int32_t *index = (int32_t *)malloc(sizeof(int32_t) * 3 * (size_t)total);
+    if (index == NULL) return -1;
+    int32_t *seq = index + total;
+    int32_t *ctx = seq + total;
+    const int64_t capacity = table_stride * block_size;
+    int rows = 0;
+    int max_context = 1;
+    for (int s = 0; s < num_seqs; s++) {
+        if (skip != NULL && skip[s]) continue;
+        const int end = cu_seqlens[s + 1];
+        for (int r = cu_seqlens[s]; r < end; r++) {
+            const int context = context_lens[s] - (end - r - 1);
+            if (context > capacity) {
+                free(index);
+                return -2;
+            }
+            index[rows] = r;
+            seq[rows] = s;
+            ctx[rows] = context;
+            if (context > max_context) max_context = context;
+            rows++;
+        }
+    }
+    const int status = attend_rows(q, k_cache, v_cache, block_tables, table_stride, index, seq,
+                                   ctx, out, rows, num_heads, num_kv_heads, head_dim, block_size,
+                                   max_context, scale, num_threads);
+    free(index);
+    return status;
 }

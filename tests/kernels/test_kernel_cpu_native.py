@@ -154,6 +154,20 @@ def test_native_prefill_of_short_prompts_only_and_long_only() -> None:
         assert rel_error(out, ref) < 1e-5, contexts
 
 
+@requires_native
+def test_native_prefill_takes_int64_indices_and_refuses_a_context_past_its_table() -> None:
+    """The step's tensors may come as int64; a context longer than its block table (a
+    broken scheduler invariant) is a clear error, not a read past the table."""
+    q, k, v, tables, cu, ctx = _prefill_case([30, 7], [12, 7], 4, 2, 32, seed=5)
+    ref = paged_prefill_attention(q.double(), k.double(), v.double(), tables, cu, ctx, 0.2)
+    out = native_decode.paged_prefill_attention(q, k, v, tables, cu.long(), ctx.long(), 0.2)
+    assert rel_error(out, ref) < 1e-5
+    too_long = ctx.clone()
+    too_long[1] = tables.shape[1] * k.shape[1] + 1
+    with pytest.raises(ValueError, match="longer than its block table"):
+        native_decode.paged_prefill_attention(q, k, v, tables, cu, too_long, 0.2)
+
+
 def test_unsupported_inputs_take_the_torch_path() -> None:
     q, k, v, tables, ctx = _case([9, 20], 4, 2, 32, 8, seed=3)
     for dtype in (torch.bfloat16, torch.float64):
