@@ -12,6 +12,7 @@ from typing import Any
 
 from batch_helpers import Gateway, chat_line, gateway, jsonl
 from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
 
 from hydrant.platform.db.base import utcnow
 from hydrant.platform.db.models import Batch
@@ -99,6 +100,11 @@ async def test_a_runner_cut_off_is_resumed_without_running_a_stored_line_again(
         before = (await gw.client.get(f"/v1/batches/{batch['id']}", headers=gw.auth(key))).json()
         stored = before["request_counts"]["completed"]
         assert before["status"] == "in_progress" and 3 <= stored < len(LINES)
+        # A runner that dies gives nothing back: its lease lapses (runner.LEASE) and the sweep
+        # resumes the batch. The cancelled one here tries to give it back, but on a loaded
+        # host that write can wait out SQLite's busy timeout behind the cancelled lines'
+        # rollbacks (CI, stop 42): so the lease is made to lapse now, as after a crash.
+        await asyncio.to_thread(gw.client.blocking_portal.call, _lapse_lease, gw, batch["id"])
         runner = gw.services.inference.runner
         outcome = await asyncio.to_thread(gw.client.blocking_portal.call, runner.run, batch["id"])
         assert outcome == "completed"
@@ -110,6 +116,23 @@ async def test_a_runner_cut_off_is_resumed_without_running_a_stored_line_again(
         # A line stored before the cut was never started again; only lines cut mid-run were.
         assert len(started) - len(set(started)) <= len(LINES) - stored
         assert done["request_counts"] == {"total": len(LINES), "completed": len(LINES), "failed": 0}
+
+
+async def _lapse_lease(gw: Gateway, batch_id: str) -> None:
+    """End the batch's lease now, waiting out a write lock a cancelled runner left behind."""
+    for attempt in range(12):
+        try:
+            async with gw.services.database.session() as session:
+                await session.execute(
+                    update(Batch)
+                    .where(Batch.id == batch_id)
+                    .values(lease_until=utcnow() - timedelta(seconds=1))
+                )
+            return
+        except OperationalError:
+            if attempt == 11:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def test_a_batch_past_its_window_expires_with_its_finished_lines(
