@@ -726,11 +726,21 @@ static int attend_rows(const float *q, const float *k_cache, const float *v_cach
     return failed ? -1 : 0;
 }
 
+/*
+ * Decode attention: sequence b's one new row attends to its first context_lens[b]
+ * positions. Returns -2, writing nothing, when a context does not fit its block table (the
+ * scheduler's invariant; max_context, the table's capacity, sizes the score buffers), -1
+ * when a buffer cannot be allocated.
+ */
 int hydrant_paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                              const int32_t *block_tables, int64_t table_stride,
                              const int32_t *context_lens, float *out, int batch, int num_heads,
                              int num_kv_heads, int head_dim, int block_size, int max_context,
                              float scale, int num_threads) {
+    const int64_t capacity = table_stride * block_size;
+    for (int b = 0; b < batch; b++) {
+        if (context_lens[b] > capacity || context_lens[b] > max_context) return -2;
+    }
     return attend_rows(q, k_cache, v_cache, block_tables, table_stride, NULL, NULL, context_lens,
                        out, batch, num_heads, num_kv_heads, head_dim, block_size, max_context,
                        scale, num_threads);

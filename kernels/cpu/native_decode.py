@@ -202,9 +202,9 @@ def paged_decode_attention(
     """Same contract as `attention.paged_decode_attention`; float32 CPU tensors run natively.
 
     Anything else (another dtype, a non-contiguous view, no library) takes the
-    PyTorch path, so callers never need to check. The caller guarantees every
-    context length fits its block table (the scheduler's invariant); the
-    table's width bounds the score buffer. `library` (tests, benchmarks): another
+    PyTorch path, so callers never need to check. A context longer than its block
+    table (a broken scheduler invariant; the table's width bounds the score buffer) is
+    a ValueError, not a read past the table. `library` (tests, benchmarks): another
     build from `open_library`, e.g. one without AVX-512; default the engine's.
     """
     if library is None:
@@ -238,6 +238,8 @@ def paged_decode_attention(
         scale,
         torch.get_num_threads(),
     )
+    if status == -2:
+        raise ValueError("a decode context is longer than its block table holds")
     if status != 0:
         raise MemoryError("native decode attention could not allocate its score buffers")
     return out

@@ -168,6 +168,17 @@ def test_native_prefill_takes_int64_indices_and_refuses_a_context_past_its_table
         native_decode.paged_prefill_attention(q, k, v, tables, cu, too_long, 0.2)
 
 
+@requires_native
+def test_native_decode_refuses_a_context_past_its_table() -> None:
+    q, k, v, tables, ctx = _case([9, 20], 4, 2, 32, 8, seed=4)
+    too_long = ctx.clone()
+    too_long[0] = tables.shape[1] * k.shape[1] + 1
+    with pytest.raises(ValueError, match="longer than its block table"):
+        native_decode.paged_decode_attention(q, k, v, tables, too_long, 0.2)
+    ref = paged_decode_attention(q.double(), k.double(), v.double(), tables, ctx, 0.2)
+    assert rel_error(native_decode.paged_decode_attention(q, k, v, tables, ctx, 0.2), ref) < 1e-5
+
+
 def test_unsupported_inputs_take_the_torch_path() -> None:
     q, k, v, tables, ctx = _case([9, 20], 4, 2, 32, 8, seed=3)
     for dtype in (torch.bfloat16, torch.float64):
