@@ -93,9 +93,9 @@ async def test_a_runner_cut_off_is_resumed_without_running_a_stored_line_again(
         scheduler = gw.services.background[0]
 
         # The runner dies with lines in flight, and the job loop with it: left running, its
-        # sweep would start a runner of its own on the batch whose lease the cut-off one
-        # gave back, racing the one this test drives (`not ours`, or SQLite locked). Stopped
-        # on the app's loop (the portal's thread): Task.cancel is not thread-safe.
+        # sweep would start a runner of its own on the batch once its lease lapses, racing
+        # the one this test drives (`not ours`, or SQLite locked). Stopped on the app's loop
+        # (the portal's thread): Task.cancel is not thread-safe.
         await asyncio.to_thread(gw.client.blocking_portal.call, scheduler.stop)
         before = (await gw.client.get(f"/v1/batches/{batch['id']}", headers=gw.auth(key))).json()
         stored = before["request_counts"]["completed"]
@@ -104,7 +104,7 @@ async def test_a_runner_cut_off_is_resumed_without_running_a_stored_line_again(
         # resumes the batch. The cancelled one here tries to give it back, but on a loaded
         # host that write can wait out SQLite's busy timeout behind the cancelled lines'
         # rollbacks (CI, stop 42): so the lease is made to lapse now, as after a crash.
-        await asyncio.to_thread(gw.client.blocking_portal.call, _lapse_lease, gw, batch["id"])
+        await _set_batch(gw, batch["id"], lease_until=utcnow() - timedelta(seconds=1))
         runner = gw.services.inference.runner
         outcome = await asyncio.to_thread(gw.client.blocking_portal.call, runner.run, batch["id"])
         assert outcome == "completed"
@@ -118,21 +118,22 @@ async def test_a_runner_cut_off_is_resumed_without_running_a_stored_line_again(
         assert done["request_counts"] == {"total": len(LINES), "completed": len(LINES), "failed": 0}
 
 
-async def _lapse_lease(gw: Gateway, batch_id: str) -> None:
-    """End the batch's lease now, waiting out a write lock a cancelled runner left behind."""
-    for attempt in range(12):
-        try:
-            async with gw.services.database.session() as session:
-                await session.execute(
-                    update(Batch)
-                    .where(Batch.id == batch_id)
-                    .values(lease_until=utcnow() - timedelta(seconds=1))
-                )
-            return
-        except OperationalError:
-            if attempt == 11:
-                raise
-            await asyncio.sleep(0.5)
+async def _set_batch(gw: Gateway, batch_id: str, **values: Any) -> None:
+    """Write the batch row's `values` on the app's loop (the portal's thread), waiting out a
+    write lock that lines cancelled mid-write may still hold (SQLite's busy timeout, again)."""
+
+    async def write() -> None:
+        for attempt in range(1, 13):
+            try:
+                async with gw.services.database.session() as session:
+                    await session.execute(update(Batch).where(Batch.id == batch_id).values(values))
+                return
+            except OperationalError:
+                if attempt == 12:
+                    raise
+                await asyncio.sleep(0.5)
+
+    await asyncio.to_thread(gw.client.blocking_portal.call, write)
 
 
 async def test_a_batch_past_its_window_expires_with_its_finished_lines(
@@ -142,16 +143,7 @@ async def test_a_batch_past_its_window_expires_with_its_finished_lines(
         _, key = await gw.tenant("acme")
         batch = (await gw.create(key, jsonl(LINES))).json()
         await _when_completed(gw, key, batch["id"], 1)
-
-        async def end_the_window() -> None:
-            async with gw.services.database.session() as session:
-                await session.execute(
-                    update(Batch)
-                    .where(Batch.id == batch["id"])
-                    .values(expires_at=utcnow() - timedelta(seconds=1))
-                )
-
-        await asyncio.to_thread(gw.client.blocking_portal.call, end_the_window)
+        await _set_batch(gw, batch["id"], expires_at=utcnow() - timedelta(seconds=1))
         done = await gw.wait(key, batch["id"], timeout_s=60)
         assert done["status"] == "expired" and done["expired_at"] is not None
         served = await gw.content(key, done["output_file_id"])
