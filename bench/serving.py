@@ -596,7 +596,7 @@ class Run:
 
 
 def client_command(
-    opts: Options, server: Server, rate: str, prompts: int, result: Path
+    opts: Options, server: Server, rate: str, prompts: int, result: Path, seed: int = 0
 ) -> list[str]:
     return [
         str(opts.peers / "bin" / "vllm"),
@@ -624,7 +624,7 @@ def client_command(
         "--request-rate",
         rate,
         "--seed",
-        "0",
+        str(seed),
         "--percentile-metrics",
         "ttft,tpot,itl,e2el",
         "--metric-percentiles",
@@ -639,28 +639,39 @@ def client_command(
     ]
 
 
-def run_client(
-    opts: Options, server: Server, rate: str, prompts: int, result: Path
-) -> dict[str, Any]:
+def start_client(
+    opts: Options, server: Server, rate: str, prompts: int, result: Path, seed: int = 0
+) -> subprocess.Popen[bytes]:
+    """`vllm bench serve` against `server`, started (its output in `result`'s `.log`)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     env.pop("OPENAI_API_KEY", None)
     if server.api_key:
         env["OPENAI_API_KEY"] = server.api_key
-    log = result.with_suffix(".log")
-    with open(log, "wb") as out:
-        code = subprocess.run(
-            client_command(opts, server, rate, prompts, result),
+    with open(result.with_suffix(".log"), "wb") as log:
+        return subprocess.Popen(
+            client_command(opts, server, rate, prompts, result, seed),
             env=env,
             cwd=opts.out,
-            stdout=out,
+            stdout=log,
             stderr=subprocess.STDOUT,
-            check=False,
-        ).returncode
+        )
+
+
+def finish_client(client: subprocess.Popen[bytes], server: Server, result: Path) -> dict[str, Any]:
+    """The result of a client `start_client` started, once it ends."""
+    code = client.wait()
     if code != 0 or not result.is_file():
-        tail = log.read_text(errors="replace")[-2000:]
+        tail = result.with_suffix(".log").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"vllm bench serve failed ({code}) against {server.kind}:\n{tail}")
     data: dict[str, Any] = json.loads(result.read_text())
     return data
+
+
+def run_client(
+    opts: Options, server: Server, rate: str, prompts: int, result: Path
+) -> dict[str, Any]:
+    client = start_client(opts, server, rate, prompts, result)
+    return finish_client(client, server, result)
 
 
 class Sampler:

