@@ -95,6 +95,7 @@ class Authenticator:
         self._outage_logged = False
         self._flusher: asyncio.Task[None] | None = None
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
+        self._refreshing: set[str] = set()  # digests being looked up again in the background
 
     @property
     def server_secret(self) -> bytes:
@@ -129,6 +130,8 @@ class Authenticator:
         digest = hash_key(parsed.secret, self.server_secret)
         cached = self.cache.get(digest)
         if cached is not None:
+            if self.cache.refresh_due(digest) and digest not in self._refreshing:
+                self._refresh(digest, parsed)
             return cached
         bootstrap = self._bootstrap
         if self._bootstrap_pending and bootstrap is not None and parsed.prefix == bootstrap.prefix:
@@ -150,6 +153,31 @@ class Authenticator:
         else:
             self._last_good.pop(digest, None)
         return record
+
+    def _refresh(self, digest: str, parsed: ParsedKey) -> None:
+        """Look a cached key up again in the background (key_cache.py says why); the
+        request that noticed goes on with the entry it found. What the database says then
+        replaces the entry, or drops it (a key revoked, expired or deleted meanwhile, on
+        any node); a failed lookup leaves it to expire as it would have."""
+        self._refreshing.add(digest)
+
+        def done(lookup: asyncio.Future[KeyRecord | None]) -> None:
+            self._refreshing.discard(digest)
+            if lookup.cancelled() or lookup.exception() is not None:
+                return
+            record = lookup.result()
+            if (
+                record is not None
+                and verify_key(parsed.secret, record.key_hash, self.server_secret)
+                and record.usable_at(self.clock())
+            ):
+                self.cache.put(digest, record)
+                self._remember(digest, record)
+            else:
+                self.cache.invalidate(digest)
+                self._last_good.pop(digest, None)
+
+        self._lookup(parsed.prefix).add_done_callback(done)
 
     def _lookup(self, prefix: str) -> asyncio.Future[KeyRecord | None]:
         """The database's record of the key `prefix`, one query for all who ask at once.

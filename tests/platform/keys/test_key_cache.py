@@ -68,3 +68,16 @@ def test_ttl_must_be_a_few_seconds(ttl: float) -> None:
 def test_max_entries_must_be_positive() -> None:
     with pytest.raises(ValueError):
         KeyCache(max_entries=0)
+
+
+def test_an_entry_is_due_for_renewal_once_half_its_ttl_is_gone() -> None:
+    clock = FakeClock()
+    cache: KeyCache[str] = KeyCache(ttl_s=4.0, clock=clock)
+    assert not cache.refresh_due("d")  # absent: nothing to renew
+    cache.put("d", "v")
+    clock.now += 2.0
+    assert not cache.refresh_due("d")
+    clock.now += 0.001
+    assert cache.refresh_due("d")
+    cache.put("d", "v")  # renewed: a whole TTL again
+    assert not cache.refresh_due("d")
