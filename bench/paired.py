@@ -7,7 +7,7 @@ run and a front's run is mostly what the host did meanwhile. Run at once, both a
 vLLM's batches and the host's moments. Better still, each request through the front is
 matched with the direct request sent closest in time: the two spend nearly all their lives
 in the same batches, so the ratio of their TPOTs is what the front adds to that request
-(a do-nothing relay measures 1.00 with a quartile range of about ±1 %, where the arms'
+(a do-nothing relay measures 1.000 with quartiles within about 1.5 %, where the arms'
 medians still differ by ±5 %). `vllm bench serve` saves each request's send time
 (`perf_counter`: on Linux one monotonic clock for every process), first-token time,
 latency, gaps and token count with `--save-detailed`; everything here reads those.
