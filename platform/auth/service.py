@@ -131,7 +131,7 @@ class Authenticator:
         cached = self.cache.get(digest)
         if cached is not None:
             if self.cache.refresh_due(digest) and digest not in self._refreshing:
-                self._refresh(digest, parsed)
+                self._refresh(digest, parsed, cached)
             return cached
         bootstrap = self._bootstrap
         if self._bootstrap_pending and bootstrap is not None and parsed.prefix == bootstrap.prefix:
@@ -154,16 +154,20 @@ class Authenticator:
             self._last_good.pop(digest, None)
         return record
 
-    def _refresh(self, digest: str, parsed: ParsedKey) -> None:
+    def _refresh(self, digest: str, parsed: ParsedKey, cached: KeyRecord) -> None:
         """Look a cached key up again in the background (key_cache.py says why); the
         request that noticed goes on with the entry it found. What the database says then
         replaces the entry, or drops it (a key revoked, expired or deleted meanwhile, on
-        any node); a failed lookup leaves it to expire as it would have."""
+        any node); a failed lookup leaves it to expire as it would have. An entry gone or
+        replaced while the lookup ran (the key revoked on this node, which drops it at
+        once) is left as it is: the lookup may have read the row before the revocation."""
         self._refreshing.add(digest)
 
         def done(lookup: asyncio.Future[KeyRecord | None]) -> None:
             self._refreshing.discard(digest)
             if lookup.cancelled() or lookup.exception() is not None:
+                return
+            if self.cache.get(digest) is not cached:
                 return
             record = lookup.result()
             if (

@@ -20,7 +20,8 @@ from hydrant.platform.errors import AuthenticationFailed
 
 
 class HeldLookups:
-    """`find_key_record` counted, and held until the test lets it answer."""
+    """`find_key_record` counted, and its answer (read at once) held until the test lets
+    it go."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
@@ -29,8 +30,9 @@ class HeldLookups:
 
         async def held(session: Any, prefix: str) -> Any:
             self.calls += 1
+            record = await real(session, prefix)
             await asyncio.to_thread(self.answer.wait, 30)
-            return await real(session, prefix)
+            return record
 
         monkeypatch.setattr(auth_service, "find_key_record", held)
 
@@ -96,3 +98,27 @@ async def test_a_renewal_that_finds_the_key_revoked_ends_it_before_the_ttl(
     await settled(cp)
     with pytest.raises(AuthenticationFailed):
         await authenticate(cp, secret)  # still inside the first entry's TTL
+
+
+async def test_a_key_revoked_on_this_node_during_a_renewal_stays_revoked(
+    cp: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The renewal read the key's row before the revocation and answers after it: what it
+    read must not put the key back."""
+    tenant = await cp.create_tenant("acme")
+    key, secret = await cp.create_key(tenant["id"])
+    await authenticate(cp, secret)
+    lookups = HeldLookups(monkeypatch)
+    cp.clock.mono += 0.6 * cp.authenticator.cache.ttl_s
+    await authenticate(cp, secret)  # the renewal starts, reads the row, and is held
+    deadline = time.monotonic() + 10
+    while lookups.calls < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)  # its read done
+    revoked = await cp.client.post(f"/admin/keys/{key['id']}/revoke", headers=cp.admin)
+    assert revoked.json()["status"] == "revoked"
+    lookups.answer.set()
+    await settled(cp)
+    with pytest.raises(AuthenticationFailed):
+        await authenticate(cp, secret)
