@@ -25,8 +25,6 @@ from typing import Any
 
 import numpy
 
-LATENCY_KEYS = ("ttft_p50", "ttft_p99", "tpot_p50", "itl_p99", "e2e_p50")
-
 
 @dataclass(frozen=True)
 class Sent:

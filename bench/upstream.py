@@ -37,7 +37,8 @@ once, each at half the rate with half the prompts (`--num-prompts`), one to vLLM
 through the front (the seeds swap arms every round). Both arms meet the same vLLM batch and
 the same host at the same moment, so their difference is what the front adds, where
 sequential runs differ by what the host did meanwhile. The table gives each arm's figures
-and the front's added TTFT and TPOT ratio (medians of each round's own difference). What
+and what the front adds, with each request through it matched to the direct one sent
+nearest in time (bench/paired.py: medians and quartiles over every round's matches). What
 it cannot show: vLLM's own view per arm (its histograms hold both), and the direct arm's
 client shares its cores with the front (in `split`, core 1), as the sequential runs'
 clients do not.

@@ -147,12 +147,17 @@ class Authenticator:
         if not verify_key(parsed.secret, record.key_hash, self.server_secret):
             raise invalid_key()
         self._outage_logged = False
+        self._keep(digest, record)
+        return record
+
+    def _keep(self, digest: str, record: KeyRecord) -> None:
+        """Cache a verified key's record while it is usable; else forget the key here."""
         if record.usable_at(self.clock()):
             self.cache.put(digest, record)
             self._remember(digest, record)
         else:
+            self.cache.invalidate(digest)
             self._last_good.pop(digest, None)
-        return record
 
     def _refresh(self, digest: str, parsed: ParsedKey, cached: KeyRecord) -> None:
         """Look a cached key up again in the background (key_cache.py says why); the
@@ -170,13 +175,10 @@ class Authenticator:
             if self.cache.get(digest) is not cached:
                 return
             record = lookup.result()
-            if (
-                record is not None
-                and verify_key(parsed.secret, record.key_hash, self.server_secret)
-                and record.usable_at(self.clock())
+            if record is not None and verify_key(
+                parsed.secret, record.key_hash, self.server_secret
             ):
-                self.cache.put(digest, record)
-                self._remember(digest, record)
+                self._keep(digest, record)
             else:
                 self.cache.invalidate(digest)
                 self._last_good.pop(digest, None)
