@@ -41,14 +41,17 @@ from hydrant.platform.http.errors import EXCEPTION_HANDLERS
 from hydrant.platform.http.hardening import cors_config, hardening_middleware
 from hydrant.platform.http.openapi import declare_error_responses, openapi_config
 from hydrant.platform.http.request_id import add_request_id_header
-from hydrant.platform.inference.chat.controllers import ChatController
-from hydrant.platform.inference.completions.controllers import CompletionsController
+from hydrant.platform.inference.chat.controllers import CHAT, ChatController
+from hydrant.platform.inference.completions.controllers import TEXT, CompletionsController
 from hydrant.platform.inference.embeddings.controllers import (
+    EMBEDDINGS,
     EmbeddingsController,
     ScoringController,
 )
+from hydrant.platform.inference.lean_path import lean_path
 from hydrant.platform.inference.models.controllers import ModelsController
-from hydrant.platform.inference.responses.controllers import ResponsesController
+from hydrant.platform.inference.responses.controllers import RESPONSES, ResponsesController
+from hydrant.platform.inference.serving import Endpoint
 from hydrant.platform.inference.tokenization.controllers import TokenizationController
 from hydrant.platform.invoices.controllers import (
     AccountInvoicesController,
@@ -83,6 +86,15 @@ INFERENCE_CONTROLLERS = (
     TokenizationController,
     BatchesController,
 )
+
+# What the lean path answers (inference/lean_path.py), by path: each route's own endpoint,
+# as its handler serves it (the arrival-order gate's paths: http/ingest.py).
+LEAN_ROUTES: dict[str, Endpoint] = {
+    "/v1/completions": TEXT,
+    "/v1/chat/completions": CHAT,
+    "/v1/embeddings": EMBEDDINGS,
+    "/v1/responses": RESPONSES,
+}
 
 
 def controllers(services: Services) -> list[ControllerRouterHandler]:
@@ -173,10 +185,17 @@ def dependencies(services: Services) -> dict[str, Provide]:
     return deps
 
 
-def create_app(settings: Settings, services: Services | None = None) -> Litestar:
+def create_app(
+    settings: Settings, services: Services | None = None, *, lean: bool = True
+) -> Litestar:
     """The app for `settings`: with `services` as built (`build_services`), else built here
-    (the control plane alone: no engines, so no `/v1`, unless worker pools are configured)."""
+    (the control plane alone: no engines, so no `/v1`, unless worker pools are configured).
+    `lean=False` leaves the generation routes to their Litestar handlers alone (the tests
+    that hold both paths to the same answers)."""
     built = services or build_services(settings)
+    middleware = hardening_middleware(settings)  # header size, slow request bodies
+    if lean and built.inference is not None:
+        middleware.append(lean_path(built.inference.api, LEAN_ROUTES))  # innermost
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -193,7 +212,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
         before_send=[add_request_id_header],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_request_body_bytes,
-        middleware=hardening_middleware(settings),  # header size, slow request bodies
+        middleware=middleware,
         cors_config=cors_config(settings),  # None (closed) unless HYDRANT_CORS_ORIGINS names some
         openapi_config=openapi_config(),  # /schema/openapi.json: routes and shapes, no secrets
         logging_config=None,  # logging is ours (hydrant.logs): redacted, one handler

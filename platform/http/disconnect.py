@@ -30,16 +30,34 @@ async def _until_disconnect(receive: Receive) -> None:
 async def unless_client_leaves(receive: Receive, work: Coroutine[Any, Any, T]) -> T:
     """`work`'s result; if the client disconnects first, `work` is cancelled and, once its
     own cleanup ran (the engine request aborted, the one ledger entry written), this raises
-    `ClientDisconnected`. Call it only after the request body was read."""
-    job = asyncio.ensure_future(work)
+    `ClientDisconnected`. Call it only after the request body was read.
+
+    `work` runs in the caller's task (a listener task cancels it, as `asyncio.timeout`
+    does): a task of its own would cost a task and a loop pass before it starts and
+    another after it ends, on the path to a first token."""
+    task = asyncio.current_task()
+    assert task is not None, "unless_client_leaves runs inside a task"
+    left = False
+
+    def stop(listener: asyncio.Future[None]) -> None:
+        nonlocal left
+        if not listener.cancelled() and listener.exception() is None:  # the client left
+            left = True
+            task.cancel()
+
     listener = asyncio.ensure_future(_until_disconnect(receive))
+    listener.add_done_callback(stop)
     try:
-        await asyncio.wait((job, listener), return_when=asyncio.FIRST_COMPLETED)
+        result = await work
+    except asyncio.CancelledError:
+        if left and task.uncancel() == 0:  # cancelled for the disconnect alone
+            raise ClientDisconnected(
+                "the client closed the connection; the request was stopped"
+            ) from None
+        raise  # (also) cancelled from outside: the handler itself is being stopped
     finally:
+        listener.remove_done_callback(stop)
         listener.cancel()
-        if not job.done():  # the client left (or this handler itself is being cancelled)
-            job.cancel()
-            await asyncio.wait((job,))  # its cleanup runs to its end before the answer
-    if job.cancelled():
-        raise ClientDisconnected("the client closed the connection; the request was stopped")
-    return job.result()
+    if left:  # `work` ended its own way although it was cancelled: its answer stands
+        task.uncancel()
+    return result

@@ -15,6 +15,7 @@ from typing import Any
 from litestar import Request
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Response, Stream
+from litestar.types import Receive, Scope
 
 from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.tokenizer import Tokenizer
@@ -146,13 +147,46 @@ class Endpoint:
     prepare: Callable[[Any, ServedModel, int], PreparedRequest]
     whole: Callable[[Generation, Tokenizer], Awaitable[object]]
     stream: Callable[[Generation, Tokenizer], AsyncIterator[bytes]] | None = None
+    # A step between the decoded body and the shared path: the body (and this endpoint)
+    # as they go on (the Responses API continues a stored conversation here).
+    resolve: Callable[[InferenceApi, Principal, Any], Awaitable[tuple[Any, Endpoint]]] | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A request's answer before its first byte: a whole body or a stream, with the headers
+    either carries. What the Litestar handler and the lean ASGI path (lean_path.py) each
+    write out their own way."""
+
+    headers: dict[str, str]
+    body: object = None  # the whole answer (a msgspec struct), when not streamed
+    stream: AsyncIterator[bytes] | None = None  # SSE events, each one whole
+    generation: Generation | None = None  # a stream's: settled however the stream ends
 
 
 async def serve(
     request: Request[Any, Any, Any], api: InferenceApi, principal: Principal, endpoint: Endpoint
 ) -> Any:
+    """The Litestar handlers' path (the lean path, lean_path.py, answers most requests of
+    the same routes before Litestar's own layers: both run `answer_request`)."""
     body = decode_body(await request.body(), endpoint.body)
-    return await serve_body(request, api, principal, endpoint, body)
+    answer = await answer_request(
+        request.scope,
+        request.receive,
+        request.headers.get(TAGS_HEADER),
+        api,
+        principal,
+        endpoint,
+        body,
+    )
+    if answer.stream is not None and answer.generation is not None:
+        return Stream(
+            answer.stream,
+            media_type="text/event-stream",
+            headers=answer.headers,
+            background=BackgroundTask(answer.generation.aclose),  # however the stream ended
+        )
+    return Response(answer.body, headers=answer.headers)
 
 
 def prepare_body(
@@ -203,32 +237,35 @@ async def start_prepared(
     return await api.service.start(ctx, model, ledger=ledger)
 
 
-async def serve_body(
-    request: Request[Any, Any, Any],
+async def answer_request(
+    scope: Scope,
+    receive: Receive,
+    tags_header: str | None,
     api: InferenceApi,
     principal: Principal,
     endpoint: Endpoint,
     body: Any,
-) -> Any:
-    """The request run to its answer. Until the answer starts, a client that disconnects
-    stops the work (`unless_client_leaves`): while it waits for admission or its first
-    token, and through a whole (non-streamed) generation; a stream's own disconnect
-    watch (Litestar's `Stream`) takes over from its first byte."""
-    attribution = attribution_of(api, principal, body, request.headers.get(TAGS_HEADER))
-    request_id = request_id_for(request.scope)
+) -> Answer:
+    """The request run to its answer (`receive`: after the body was read). Until the answer
+    starts, a client that disconnects stops the work (`unless_client_leaves`): while it
+    waits for admission or its first token, and through a whole (non-streamed)
+    generation; once a stream starts, its writer's own disconnect watch takes over."""
+    if endpoint.resolve is not None:
+        body, endpoint = await endpoint.resolve(api, principal, body)
+    attribution = attribution_of(api, principal, body, tags_header)
+    request_id = request_id_for(scope)
 
-    async def run() -> Response[Any] | Stream:
+    async def run() -> Answer:
         generation, model, prepared = await start_body(
             api, principal, endpoint, body, request_id, attribution
         )
         limits = generation.rate_limit_headers
         if prepared.stream and endpoint.stream is not None:
-            return Stream(
-                endpoint.stream(generation, model.tokenizer),
-                media_type="text/event-stream",
-                headers={**SSE_HEADERS, **limits},
-                background=BackgroundTask(generation.aclose),  # however the stream ended
+            return Answer(
+                {**SSE_HEADERS, **limits},
+                stream=endpoint.stream(generation, model.tokenizer),
+                generation=generation,
             )
-        return Response(await endpoint.whole(generation, model.tokenizer), headers=dict(limits))
+        return Answer(dict(limits), body=await endpoint.whole(generation, model.tokenizer))
 
-    return await unless_client_leaves(request.receive, run())
+    return await unless_client_leaves(receive, run())

@@ -22,10 +22,29 @@ from hydrant.platform.inference.responses.service import (
     continue_conversation,
     input_items_page,
 )
-from hydrant.platform.inference.schemas import decode_body
-from hydrant.platform.inference.serving import Endpoint, serve_body
+from hydrant.platform.inference.serving import Endpoint, serve
 
-RESPONSES = Endpoint(ResponsesRequest, prepare_response, response_whole, response_stream)
+
+async def _continue(
+    api: InferenceApi, principal: Principal, body: ResponsesRequest
+) -> tuple[ResponsesRequest, Endpoint]:
+    """A request that continues a stored conversation (`previous_response_id`), with the
+    conversation's messages in its input, and an endpoint that stores the answer unless
+    `store` is false (store.py)."""
+    body, keep = await continue_conversation(api.responses, principal.tenant_id, body)
+    if keep is None:
+        return body, RESPONSES
+    endpoint = dataclasses.replace(
+        RESPONSES,
+        whole=functools.partial(response_whole, keep=keep),
+        stream=functools.partial(response_stream, keep=keep),
+    )
+    return body, endpoint
+
+
+RESPONSES = Endpoint(
+    ResponsesRequest, prepare_response, response_whole, response_stream, resolve=_continue
+)
 
 
 class ResponsesController(Controller):
@@ -45,16 +64,7 @@ class ResponsesController(Controller):
     ) -> Any:
         """OpenAI's Responses API (prepare.py), its answers stored unless `store` is false
         (store.py)."""
-        body = decode_body(await request.body(), ResponsesRequest)
-        body, keep = await continue_conversation(inference.responses, principal.tenant_id, body)
-        endpoint = RESPONSES
-        if keep is not None:
-            endpoint = dataclasses.replace(
-                RESPONSES,
-                whole=functools.partial(response_whole, keep=keep),
-                stream=functools.partial(response_stream, keep=keep),
-            )
-        return await serve_body(request, inference, principal, endpoint, body)
+        return await serve(request, inference, principal, RESPONSES)
 
     @get("/{response_id:str}")
     async def retrieve_response(
