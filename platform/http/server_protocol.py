@@ -43,6 +43,11 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "h11_max_incomplete_event_size": settings.max_header_bytes,  # the h11 fallback's bound
         "http": server_protocol(settings.header_read_timeout_s, settings.max_header_bytes),
         "server_header": False,
+        # `X-Forwarded-For` is read by client_address.py, behind the proxies an operator
+        # listed (HYDRANT_TRUSTED_PROXIES), and `X-Forwarded-Proto` by the web pages: uvicorn's
+        # own rewriting (on by default, trusting 127.0.0.1) would let any local process pick
+        # its source address, and it is one more layer on every request.
+        "proxy_headers": False,
         # uvloop (a runtime dependency off Windows): the gateway's per-token work is
         # event-loop work (a frame read, an SSE write per token per stream), and libuv's
         # loop costs less of it than asyncio's. Named, not uvicorn's "auto", so the choice

@@ -29,6 +29,7 @@ def test_the_options_carry_the_settings_limits_and_the_httptools_protocol() -> N
     assert issubclass(protocol, HttpToolsProtocol)  # httptools is installed: the cheaper parser
     assert protocol.__name__ == "HeaderDeadlineHttpToolsProtocol"
     assert options["server_header"] is False
+    assert options["proxy_headers"] is False  # forwarded headers are client_address.py's
     assert options["access_log"] is False
     assert options["log_config"] is None  # logging is hydrant's own (redacted)
     assert options["loop"] == "uvloop"  # a runtime dependency off Windows

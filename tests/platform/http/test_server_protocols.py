@@ -54,6 +54,11 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
             break
     if scope["path"] == "/sleep":
         await asyncio.sleep(HEADER_TIMEOUT_S * 1.5)
+    if scope["path"] == "/client":  # the source address the app sees
+        body = str(scope["client"][0]).encode()  # type: ignore[index]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+        return
     payload = f"{scope['method']} {scope['path']} {len(body)}".encode()
     headers = [(b"content-length", str(len(payload)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -271,3 +276,14 @@ def test_a_head_after_a_chunked_body_is_counted_from_its_start(conn: Conn) -> No
     conn.send(chunked + b"GET /big HTTP/1.1\r\nX-Big: " + b"a" * MAX_HEAD)
     assert conn.response()[0] == 200
     _assert_refused(conn, 431)
+
+
+def test_a_forwarded_for_header_does_not_change_the_peer(conn: Conn) -> None:
+    """uvicorn's proxy-header rewriting is off: a local client cannot pick its source
+    address (client_address.py reads the header, behind the proxies an operator listed)."""
+    conn.send(b"GET /client HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n")
+    data, _ = b"", None
+    while b"\r\n0\r\n\r\n" not in data:
+        data += conn.sock.recv(65536)
+    assert b"127.0.0.1" in data
+    assert b"203.0.113.9" not in data
