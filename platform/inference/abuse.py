@@ -63,7 +63,7 @@ class AbuseGuard:
             del self._blocked_until[source]
         if len(prompt_ids) < self.min_tokens or not special_ids:
             return
-        special = sum(1 for token in prompt_ids if token in special_ids)
+        special = sum(map(special_ids.__contains__, prompt_ids))  # in C, per token
         if special / len(prompt_ids) < self.max_special_ratio:
             return
         self._on_event("special_tokens")

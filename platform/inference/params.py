@@ -92,7 +92,7 @@ class PreparedRequest:
 
 def check_token_ids(ids: list[int], vocab: int, where: str, param: str) -> None:
     """Ids a client sent are ids of the model's vocabulary (else a 400, never an index error)."""
-    if any(not 0 <= t < vocab for t in ids):
+    if ids and (min(ids) < 0 or max(ids) >= vocab):  # in C: a prompt may hold 100k ids
         raise InvalidRequest(f"{where}: token ids must be in [0, {vocab})", param=param)
 
 
@@ -103,9 +103,10 @@ def _prompt_list(prompt: str | list[str | int | list[int]], field: str) -> list[
         return [prompt]
     if not prompt:
         raise InvalidRequest(f"{field} must not be empty", param=field)
-    if all(isinstance(p, int) for p in prompt):
+    kinds = set(map(type, prompt))  # in C: a prompt may hold 100k ids
+    if kinds == {int}:
         return [prompt]  # type: ignore[list-item]
-    if all(isinstance(p, str) for p in prompt) or all(isinstance(p, list) for p in prompt):
+    if kinds == {str} or kinds == {list}:
         return prompt  # type: ignore[return-value]
     raise InvalidRequest(
         f"{field} must be a string, a list of token ids, or a list of strings or of token-id "
