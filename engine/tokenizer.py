@@ -146,7 +146,12 @@ class Tokenizer:
         return None if token_id is None else int(token_id)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
+        """The text's token ids. `encode_batch_fast` of one text: `encode` also works out each
+        token's character offsets, which nothing here reads (a quarter of its time on the
+        demo tokenizer), and every prompt the gateway meters is encoded before it is
+        admitted, on the path to its first token."""
+        (encoding,) = self._backend.encode_batch_fast([text], add_special_tokens=add_special_tokens)
+        return list(encoding.ids)
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes this token adds to a text (logprobs' `bytes`; see engine/token_bytes.py)."""
