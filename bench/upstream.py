@@ -18,6 +18,9 @@ same server:
   (`HYDRANT_POOL_BACKENDS`): a tenant key (auth), Redis quotas (a plan far above the
   load, so every request runs the checks and none is refused) and a fresh PostgreSQL
   database for the ledger (one entry per request).
+* `handlers` (only when named in `--fronts`): the same gateway with `HYDRANT_LEAN_PATH=false`,
+  every request through Litestar's handlers: the baseline of the lean path
+  (platform/inference/lean_path.py).
 
 Then `vllm bench serve` (random 256 in / 128 out, ignore_eos, seed 0) runs against vLLM
 directly and through each front in turn at each rate (`--rates`, default 5,10,20), after
@@ -112,7 +115,7 @@ from serving import (
 )
 from serving import _tree_ticks as tree_ticks
 
-ORDER = ("vllm", "relay", "litellm", "upstream")
+ORDER = ("vllm", "relay", "litellm", "handlers", "upstream")
 IDLE_WARMUP = 20  # bench/idle_client.py's warm-up cycles
 
 
@@ -491,6 +494,17 @@ def measure_rates(
                 (out / "summary.json").write_text(json.dumps([asdict(r) for r in got.runs]))
 
 
+class HydrantHandlers(HydrantUpstream):
+    """The same gateway with its lean path off (`HYDRANT_LEAN_PATH=false`): every request
+    through Litestar's handlers, the baseline the lean path is measured against."""
+
+    kind = "handlers"
+    label = "Hydrant, lean path off"
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "HYDRANT_LEAN_PATH": "false"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -512,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fronts",
         default="relay,litellm,upstream",
-        help="comma list of fronts: relay, litellm, upstream",
+        help="comma list of fronts: relay, litellm, upstream, handlers (Hydrant, lean path off)",
     )
     parser.add_argument("--py-spy", action="store_true", help="py-spy Hydrant's gateway")
     parser.add_argument(
@@ -536,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args(argv)
     chosen = set(args.fronts.split(","))
-    unknown = chosen - {"relay", "litellm", "upstream"}
+    unknown = chosen - {"relay", "litellm", "upstream", "handlers"}
     if unknown:
         parser.error(f"unknown fronts: {', '.join(sorted(unknown))}")
 
@@ -583,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
         if "litellm" in chosen:
             litellm = LitellmProxy(model, model_dir, opts, vllm.base_url)
             fronts.append(stack.enter_context(running(litellm)))
+        if "handlers" in chosen:
+            handlers = HydrantHandlers(model, model_dir, opts, vllm.base_url)
+            fronts.append(stack.enter_context(running(handlers)))
         if "upstream" in chosen:
             hydrant = HydrantUpstream(model, model_dir, opts, vllm.base_url)
             fronts.append(stack.enter_context(running(hydrant)))
@@ -591,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
             (out / "idle.json").write_text(json.dumps(idle))
         else:
             measure_rates(opts, vllm, fronts, rates, args, Collected(runs, cpu, views, pairs))
-    labels = {s.kind: s.label for s in (DirectVllm, ByteRelay, LitellmProxy, HydrantUpstream)}
+    kinds = (DirectVllm, ByteRelay, LitellmProxy, HydrantHandlers, HydrantUpstream)
+    labels = {s.kind: s.label for s in kinds}
     if args.idle:
         text = (
             f"\n## demo: one request at a time, {args.idle} prompts (text) to each arm in turn;"

@@ -132,6 +132,7 @@ class Settings:
     max_header_bytes: int = 16 * 1024
     body_read_timeout_s: float = 30.0
     ingest_concurrency: int = 8  # generation requests in the admission path at once; 0: off
+    lean_path: bool = True  # generation routes answered from ASGI; false: Litestar's handlers
     header_read_timeout_s: float = 10.0
     keep_alive_timeout_s: int = 5
     auth_max_failures: int = 20

@@ -185,16 +185,13 @@ def dependencies(services: Services) -> dict[str, Provide]:
     return deps
 
 
-def create_app(
-    settings: Settings, services: Services | None = None, *, lean: bool = True
-) -> Litestar:
+def create_app(settings: Settings, services: Services | None = None) -> Litestar:
     """The app for `settings`: with `services` as built (`build_services`), else built here
-    (the control plane alone: no engines, so no `/v1`, unless worker pools are configured).
-    `lean=False` leaves the generation routes to their Litestar handlers alone (the tests
-    that hold both paths to the same answers)."""
+    (the control plane alone: no engines, so no `/v1`, unless worker pools are configured)."""
     built = services or build_services(settings)
     middleware = hardening_middleware(settings)  # header size, slow request bodies
-    if lean and built.inference is not None:
+    # HYDRANT_LEAN_PATH=false leaves the generation routes to their Litestar handlers alone
+    if settings.lean_path and built.inference is not None:
         middleware.append(lean_path(built.inference.api, LEAN_ROUTES))  # innermost
 
     @asynccontextmanager

@@ -2,7 +2,7 @@
 handlers do: the same statuses, error objects, headers and generations, whole and streamed.
 
 Two apps on the real demo-model engine, real auth and the real ledger on SQLite, one with
-the lean path and one without (`create_app(lean=False)`), get the same requests through
+the lean path and one without (`HYDRANT_LEAN_PATH=false`), get the same requests through
 Litestar's ASGI test client; a third check breaks the handlers to show which path answered.
 """
 
@@ -45,12 +45,13 @@ async def _api(demo_model_dir: Path, tmp_path: Path, lean: bool) -> AsyncIterato
         admin_bootstrap_key=admin,
         kv_cache_bytes=16 * 1024 * 1024,
         max_request_body_bytes=MAX_BODY,
+        lean_path=lean,
     )
     await asyncio.to_thread(migrate.upgrade, settings.effective_database_url)
     engines = load_embedded_engines(settings)
     services = build_services(settings, registry=engines.registry)
     services.on_stop.append(engines.shutdown)
-    async with AsyncTestClient(create_app(settings, services, lean=lean)) as client:
+    async with AsyncTestClient(create_app(settings, services)) as client:
         headers = {"Authorization": f"Bearer {admin}"}
         tenant = await client.post("/admin/tenants", json={"name": "t"}, headers=headers)
         key = await client.post(
