@@ -38,11 +38,12 @@ async def unless_client_leaves(receive: Receive, work: Coroutine[Any, Any, T]) -
     task = asyncio.current_task()
     assert task is not None, "unless_client_leaves runs inside a task"
     left = False
+    watching = True  # False once `work` is over: a callback already queued then is late
 
     def stop(listener: asyncio.Future[None]) -> None:
         nonlocal left
-        if not listener.cancelled() and listener.exception() is None:  # the client left
-            left = True
+        if watching and not listener.cancelled() and listener.exception() is None:
+            left = True  # the client left while `work` ran
             task.cancel()
 
     listener = asyncio.ensure_future(_until_disconnect(receive))
@@ -56,6 +57,7 @@ async def unless_client_leaves(receive: Receive, work: Coroutine[Any, Any, T]) -
             ) from None
         raise  # (also) cancelled from outside: the handler itself is being stopped
     finally:
+        watching = False
         listener.remove_done_callback(stop)
         listener.cancel()
     if left:  # `work` ended its own way although it was cancelled: its answer stands

@@ -91,3 +91,18 @@ async def test_a_handler_cancelled_from_outside_cancels_its_work() -> None:
     with pytest.raises(asyncio.CancelledError):  # its own cancellation, not a 499
         await handler
     assert cancelled.is_set()
+
+
+async def test_a_disconnect_seen_as_the_work_ends_cancels_nothing_after_it() -> None:
+    """The listener can finish in the loop pass where the work ends: its callback is queued
+    then, and runs after this returned; it must not cancel whatever the task does next."""
+    connection = Connection()
+
+    async def work() -> str:
+        connection.gone.set()  # the listener, not started yet, will find the client gone
+        await asyncio.sleep(0)  # the listener runs (and ends) before this step resumes
+        return "answer"
+
+    assert await unless_client_leaves(connection.receive, work()) == "answer"
+    await asyncio.sleep(0.01)  # the queued callback runs here: this task goes on
+    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
