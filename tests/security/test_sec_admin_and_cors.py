@@ -128,6 +128,15 @@ async def test_named_cors_origins_open_only_to_them(database_url: str, data_dir:
         assert preflight.headers["access-control-allow-origin"] == named
         other = await client.get("/admin/tenants", headers={**bearer(admin), "origin": FOREIGN})
         assert other.headers.get("access-control-allow-origin") not in (FOREIGN, "*")
+        # a generation route, answered by the lean path (inference/lean_path.py): the same
+        # CORS headers (here on its 401, the answer a browser without a key gets)
+        lean = await client.post(
+            "/v1/chat/completions",
+            json={"model": "demo", "messages": []},
+            headers={"origin": named},
+        )
+        assert lean.status_code == 401
+        assert lean.headers["access-control-allow-origin"] == named
 
 
 @pytest.mark.parametrize("origins", ["*", "evil.example", "https://a.example,ftp://b"])
