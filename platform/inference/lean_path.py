@@ -13,10 +13,10 @@ the route), the app's middleware around it (header limits, the body's deadline, 
 arrival-order gate), CORS and `before_send` (the `x-request-id` header), and every error
 before the answer starts: it propagates to Litestar's exception handling, which renders
 it exactly as a handler's (http/errors.py). The checks are the handlers' own functions:
-the key under the brute-force guard, the body's size limit (Litestar's `Request.body`),
-its decoding, then `answer_request` (serving.py). The handlers stay, for the OpenAPI
-schema and for what this path leaves to them (another method; a path Litestar matched
-with a trailing slash).
+the key under the brute-force guard, then `serving.answer_request`, as the handlers call it
+(the body read under Litestar's size limit, decoded, run). The handlers stay, for the
+OpenAPI schema and for what this path leaves to them (another method; a path Litestar
+matched with a trailing slash).
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ from hydrant.platform.errors import ClientDisconnected
 from hydrant.platform.http.disconnect import unless_client_leaves
 from hydrant.platform.inference.deps import InferenceApi
 from hydrant.platform.inference.render import DONE
-from hydrant.platform.inference.schemas import decode_body
 from hydrant.platform.inference.serving import Answer, Endpoint, answer_request
-from hydrant.platform.ledger.attribution import TAGS_HEADER
 
 _JSON = (b"content-type", b"application/json")
 
@@ -94,14 +92,10 @@ def lean_path(api: InferenceApi, endpoints: Mapping[str, Endpoint]) -> Callable[
                 await app(scope, receive, send)
                 return
             request: Request[Any, Any, Any] = Request(scope, receive)
-            headers = request.headers
             principal = await authenticate_guarded(
-                request, headers.get("authorization"), INFERENCE_SCOPE
+                request, request.headers.get("authorization"), INFERENCE_SCOPE
             )
-            body = decode_body(await request.body(), endpoint.body)
-            answer = await answer_request(
-                scope, receive, headers.get(TAGS_HEADER), api, principal, endpoint, body
-            )
+            answer = await answer_request(request, api, principal, endpoint)
             if answer.stream is None:
                 await _send_whole(answer, send)
             else:

@@ -15,7 +15,6 @@ from typing import Any
 from litestar import Request
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Response, Stream
-from litestar.types import Receive, Scope
 
 from hydrant.engine.protocol import AdapterRef
 from hydrant.engine.tokenizer import Tokenizer
@@ -169,16 +168,7 @@ async def serve(
 ) -> Any:
     """The Litestar handlers' path (the lean path, lean_path.py, answers most requests of
     the same routes before Litestar's own layers: both run `answer_request`)."""
-    body = decode_body(await request.body(), endpoint.body)
-    answer = await answer_request(
-        request.scope,
-        request.receive,
-        request.headers.get(TAGS_HEADER),
-        api,
-        principal,
-        endpoint,
-        body,
-    )
+    answer = await answer_request(request, api, principal, endpoint)
     if answer.stream is not None and answer.generation is not None:
         return Stream(
             answer.stream,
@@ -238,22 +228,17 @@ async def start_prepared(
 
 
 async def answer_request(
-    scope: Scope,
-    receive: Receive,
-    tags_header: str | None,
-    api: InferenceApi,
-    principal: Principal,
-    endpoint: Endpoint,
-    body: Any,
+    request: Request[Any, Any, Any], api: InferenceApi, principal: Principal, endpoint: Endpoint
 ) -> Answer:
-    """The request run to its answer (`receive`: after the body was read). Until the answer
-    starts, a client that disconnects stops the work (`unless_client_leaves`): while it
-    waits for admission or its first token, and through a whole (non-streamed)
-    generation; once a stream starts, its writer's own disconnect watch takes over."""
+    """The request's body read and decoded, then run to its answer. Until the answer starts,
+    a client that disconnects stops the work (`unless_client_leaves`): while it waits for
+    admission or its first token, and through a whole (non-streamed) generation; once a
+    stream starts, its writer's own disconnect watch takes over."""
+    body = decode_body(await request.body(), endpoint.body)
     if endpoint.resolve is not None:
         body, endpoint = await endpoint.resolve(api, principal, body)
-    attribution = attribution_of(api, principal, body, tags_header)
-    request_id = request_id_for(scope)
+    attribution = attribution_of(api, principal, body, request.headers.get(TAGS_HEADER))
+    request_id = request_id_for(request.scope)
 
     async def run() -> Answer:
         generation, model, prepared = await start_body(
@@ -268,4 +253,4 @@ async def answer_request(
             )
         return Answer(dict(limits), body=await endpoint.whole(generation, model.tokenizer))
 
-    return await unless_client_leaves(receive, run())
+    return await unless_client_leaves(request.receive, run())
