@@ -10,6 +10,8 @@ every arm once, in an order drawn per cycle, one after the other: with nothing e
 flight, vLLM starts each request at once, so an arm's TTFT minus the direct arm's in the
 same cycle is what its front added to that request. TTFT is the time from sending the
 request to the first body bytes holding an event, as `vllm bench serve` takes it.
+The result holds each arm's TTFTs (ms, warm-up left out) and how many requests each arm
+was sent, warm-up included.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ async def main(config_path: str) -> None:
             if done > 0 and done % 50 == 0:
                 print(f"  {done} of {cycles} cycles", file=sys.stderr, flush=True)
     with open(config["out"], "w") as f:
-        json.dump(ttft, f)
+        json.dump({"ttft": ttft, "requests": WARMUP + cycles}, f)  # requests: per arm
 
 
 if __name__ == "__main__":

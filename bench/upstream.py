@@ -116,7 +116,6 @@ from serving import (
 from serving import _tree_ticks as tree_ticks
 
 ORDER = ("vllm", "relay", "litellm", "handlers", "upstream")
-IDLE_WARMUP = 20  # bench/idle_client.py's warm-up cycles
 
 
 @dataclass
@@ -317,10 +316,18 @@ def measure_paired(
     return pair
 
 
-def measure_idle(opts: Options, fronts: list[Server], cycles: int) -> dict[str, list[float]]:
+@dataclass
+class Idle:
+    """bench/idle_client.py's TTFTs (ms) per arm, in cycle order, and each front's CPU (ms)
+    per request it was sent."""
+
+    ttft: dict[str, list[float]]
+    cpu_ms: dict[str, float]
+
+
+def measure_idle(opts: Options, fronts: list[Server], cycles: int) -> Idle:
     """bench/idle_client.py against vLLM and every front: one request at a time, each prompt
-    to every arm once; each arm's TTFTs (ms), in cycle order, and the CPU each front's
-    processes used per request (`<kind>-cpu`, one value)."""
+    to every arm once; and the CPU each front's processes used meanwhile."""
     arms = [
         {"name": s.kind, "base": s.base_url, "key": s.api_key, "model": s.model} for s in fronts
     ]
@@ -331,18 +338,19 @@ def measure_idle(opts: Options, fronts: list[Server], cycles: int) -> dict[str, 
     progress(f"  one request at a time to {len(arms)} arms, {cycles} cycles")
     script = Path(__file__).resolve().parent / "idle_client.py"
     subprocess.run([str(opts.peers / "bin" / "python"), str(script), str(config)], check=True)
-    ttft: dict[str, list[float]] = json.loads(result.read_text())
-    requests = cycles + IDLE_WARMUP
+    measured = json.loads(result.read_text())
+    cpu_ms = {}
     for server in fronts[1:]:
         if server.process is not None:
             used = (tree_ticks(server.process.pid) - ticks[server.kind]) / TICK
-            ttft[f"{server.kind}-cpu"] = [1e3 * used / requests]
-    return ttft
+            cpu_ms[server.kind] = 1e3 * used / measured["requests"]
+    return Idle(measured["ttft"], cpu_ms)
 
 
-def idle_table(ttft: dict[str, list[float]], labels: dict[str, str]) -> str:
+def idle_table(idle: Idle, labels: dict[str, str]) -> str:
     """A row per front: the direct arm's and the front's TTFT p50, and what the front added
     per cycle (its TTFT minus direct's for the same prompt): median and quartiles."""
+    ttft = idle.ttft
     direct = ttft["vllm"]
     lines = [
         "| front | TTFT p50 ms, direct | through | TTFT added per request: median (quartiles) ms"
@@ -354,7 +362,7 @@ def idle_table(ttft: dict[str, list[float]], labels: dict[str, str]) -> str:
             continue
         added = [a - b for a, b in zip(ttft[kind], direct, strict=True)]
         q1, median, q3 = statistics.quantiles(added, n=4)
-        cpu = ttft.get(f"{kind}-cpu", [math.nan])[0]
+        cpu = idle.cpu_ms.get(kind, math.nan)
         lines.append(
             f"| {labels[kind]} | {statistics.median(direct):.2f}"
             f" | {statistics.median(ttft[kind]):.2f}"
@@ -580,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"results in {out}")
 
     runs: list[Run] = []
-    idle: dict[str, list[float]] = {}
+    idle = Idle({}, {})
     cpu: list[tuple[Run, FrontCpu]] = []
     views: list[tuple[Run, VllmView]] = []
     pairs: list[Pair] = []
@@ -605,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
             fronts.append(stack.enter_context(running(hydrant)))
         if args.idle:
             idle = measure_idle(opts, fronts, args.idle)
-            (out / "idle.json").write_text(json.dumps(idle))
+            (out / "idle.json").write_text(json.dumps(asdict(idle)))
         else:
             measure_rates(opts, vllm, fronts, rates, args, Collected(runs, cpu, views, pairs))
     kinds = (DirectVllm, ByteRelay, LitellmProxy, HydrantHandlers, HydrantUpstream)
