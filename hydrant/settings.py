@@ -161,6 +161,8 @@ class Settings:
     spool_max_bytes: int = 256 * 1024 * 1024
     ledger_commit: LedgerCommitMode = "database"
     redis_failure_mode: FailureMode = "closed"
+    # quota scripts called inline (blocking) while Redis answers within this (median); 0: off
+    quota_inline_ms: float = 1.0
     log_level: str = "INFO"
     log_format: LogFormat = "json"
     log_file: Path | None = None

@@ -27,6 +27,7 @@ from typing import Protocol
 from litestar import Litestar
 from prometheus_client import CollectorRegistry
 
+from hydrant.errors import ConfigurationError
 from hydrant.platform.adapters.catalog import AdapterCatalog
 from hydrant.platform.auth.brute_force import build_brute_force_guard
 from hydrant.platform.auth.context import SERVICES_STATE_KEY, AuthContext
@@ -94,7 +95,13 @@ def make_quota_backend(settings: Settings) -> QuotaBackend:
     if settings.redis_url:
         from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
 
-        inner = RedisQuotaBackend.from_url(settings.redis_url, key_prefix="hydrant:quota")
+        if settings.quota_inline_ms < 0:
+            raise ConfigurationError("HYDRANT_QUOTA_INLINE_MS must be 0 (off) or more")
+        inner = RedisQuotaBackend.from_url(
+            settings.redis_url,
+            key_prefix="hydrant:quota",
+            inline_ceiling_s=settings.quota_inline_ms / 1000,
+        )
     else:
         inner = InMemoryQuotaBackend()
     return GuardedQuotaBackend(inner, settings.redis_failure_mode)

@@ -79,8 +79,11 @@ class RedisQuotaBackend:
         }
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> RedisQuotaBackend:
-        """A backend with its own connection pool, closed by `aclose`.
+    def from_url(
+        cls, url: str, *, inline_ceiling_s: float = 0.0, **kwargs: Any
+    ) -> RedisQuotaBackend:
+        """A backend with its own connection pool, closed by `aclose`; `inline_ceiling_s` > 0:
+        its scripts are called inline while Redis answers within it (inline_redis.py).
 
         Short timeouts and one quick retry: a quota decision sits in front of every
         request, and redis-py's default (10 retries) would hold each one for seconds
@@ -94,7 +97,9 @@ class RedisQuotaBackend:
         )
         scripts: RedisScriptClient | None = None
         if RedisAddress.speaks(url):  # else (unix://): redis-py runs them
-            scripts = RedisScriptClient(url, timeout_s=1.0, connect_timeout_s=1.0)
+            scripts = RedisScriptClient(
+                url, timeout_s=1.0, connect_timeout_s=1.0, inline_ceiling_s=inline_ceiling_s
+            )
         return cls(client, owns_client=True, scripts=scripts, **kwargs)
 
     def _keys(self, check: Check) -> list[str]:

@@ -8,6 +8,9 @@ one `hiredis.pack_command`, one write and one future completed from
 `data_received` by hiredis's C reader: the replies of a RESP connection come
 back in the order the commands went out, so any number of concurrent calls
 share the connection without a pool. redis-py stays for everything else.
+While Redis answers fast enough, a call is made inline instead (a blocking call on a
+connection of its own, inline_redis.py: through the loop, the reply waits its turn
+behind everything else the loop has queued), and through the loop otherwise.
 
 Failures use redis-py's exception types, so callers keep one vocabulary: a
 refused or dropped connection is `ConnectionError`, an unanswered call past
@@ -30,10 +33,14 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit
 
 import hiredis
 from redis import exceptions as redis_errors
+
+from hydrant.platform.quotas.inline_redis import InlineRedis, InlineUnavailable
+from hydrant.platform.quotas.resp import RedisAddress, pack_command, reply_error
+
+__all__ = ["LuaScript", "RedisAddress", "RedisScriptClient"]
 
 RETRY_DELAY_S = 0.01
 
@@ -48,54 +55,6 @@ class LuaScript:
     def __post_init__(self) -> None:
         digest = hashlib.sha1(self.source.encode(), usedforsecurity=False)  # Redis's script name
         object.__setattr__(self, "sha", digest.hexdigest())
-
-
-@dataclass(frozen=True)
-class RedisAddress:
-    """Where and how to connect, from a `redis://` or `rediss://` URL."""
-
-    host: str
-    port: int
-    db: int
-    username: str | None
-    password: str | None
-    tls: bool
-
-    @staticmethod
-    def speaks(url: str) -> bool:
-        """Whether this client can connect there: TCP (`redis://`, `rediss://`), not `unix://`."""
-        return urlsplit(url).scheme in ("redis", "rediss")
-
-    @classmethod
-    def from_url(cls, url: str) -> RedisAddress:
-        parts = urlsplit(url)
-        if not cls.speaks(url):
-            raise ValueError(f"unsupported Redis URL scheme {parts.scheme!r} (redis, rediss)")
-        path = parts.path.strip("/")
-        return cls(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 6379,
-            db=int(path) if path else 0,
-            username=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password else None,
-            tls=parts.scheme == "rediss",
-        )
-
-
-def _pack(command: Sequence[Any]) -> bytes:
-    """RESP bytes of one command (hiredis's C packer; its stub types only 1-tuples)."""
-    return hiredis.pack_command(cast(Any, tuple(command)))
-
-
-def _reply_error(message: str) -> redis_errors.RedisError:
-    """A Redis error reply as the redis-py exception it would have raised."""
-    if message.startswith("NOSCRIPT"):
-        return redis_errors.NoScriptError(message)
-    if message.startswith("READONLY"):
-        return redis_errors.ReadOnlyError(message)
-    if message.startswith(("NOAUTH", "WRONGPASS")):
-        return redis_errors.AuthenticationError(message)
-    return redis_errors.ResponseError(message)
 
 
 class _RespProtocol(asyncio.Protocol):
@@ -145,7 +104,7 @@ class _RespProtocol(asyncio.Protocol):
             if future.done():
                 continue
             if isinstance(reply, hiredis.ReplyError):
-                future.set_exception(_reply_error(str(reply)))
+                future.set_exception(reply_error(str(reply)))
             else:
                 future.set_result(reply)
 
@@ -183,12 +142,24 @@ class _RespProtocol(asyncio.Protocol):
 
 
 class RedisScriptClient:
-    """Runs Lua scripts by SHA (loading them on NOSCRIPT) over one shared connection."""
+    """Runs Lua scripts by SHA (loading them on NOSCRIPT) over one shared connection, or
+    inline (a blocking call, inline_redis.py) while `inline_ceiling_s` > 0 and Redis
+    answers within it."""
 
-    def __init__(self, url: str, *, timeout_s: float = 1.0, connect_timeout_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 1.0,
+        connect_timeout_s: float = 1.0,
+        inline_ceiling_s: float = 0.0,
+    ) -> None:
         self.address = RedisAddress.from_url(url)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.inline: InlineRedis | None = None
+        if inline_ceiling_s > 0 and not self.address.tls:
+            self.inline = InlineRedis(self.address, ceiling_s=inline_ceiling_s)
         self._protocol: _RespProtocol | None = None
         self._connecting: asyncio.Lock | None = None
         self._closed = False
@@ -204,7 +175,13 @@ class RedisScriptClient:
             return await self._call(("EVAL", script.source, *tail))
 
     async def _call(self, command: Sequence[Any]) -> Any:
-        packed = _pack(command)
+        packed = pack_command(command)
+        inline = self.inline
+        if inline is not None and inline.active and not self._closed:
+            with contextlib.suppress(InlineUnavailable):  # it paused itself: through the loop
+                if not inline.resolved:
+                    await inline.resolve()
+                return inline.call(packed)
         for attempt in (1, 2):
             try:
                 protocol = self._protocol
@@ -250,15 +227,8 @@ class RedisScriptClient:
         except OSError as exc:
             raise redis_errors.ConnectionError(f"cannot connect to Redis: {exc}") from exc
         try:
-            if address.password is not None:
-                credentials = (
-                    (address.username, address.password)
-                    if address.username
-                    else (address.password,)
-                )
-                await protocol.send(_pack(("AUTH", *credentials)))
-            if address.db:
-                await protocol.send(_pack(("SELECT", address.db)))
+            for command in address.setup_commands():
+                await protocol.send(pack_command(command))
         except BaseException:
             protocol.close()
             raise
@@ -266,6 +236,8 @@ class RedisScriptClient:
 
     async def aclose(self) -> None:
         self._closed = True
+        if self.inline is not None:
+            self.inline.close()
         protocol, self._protocol = self._protocol, None
         if protocol is not None:
             with contextlib.suppress(Exception):

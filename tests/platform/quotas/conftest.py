@@ -23,7 +23,13 @@ def key_prefix() -> str:
     return f"test:quota:{uuid.uuid4().hex}"
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("redis", marks=pytest.mark.integration),
+        pytest.param("redis-inline", marks=pytest.mark.integration),
+    ]
+)
 async def backend(
     request: pytest.FixtureRequest, clock: ManualClock, key_prefix: str
 ) -> AsyncIterator[QuotaBackend]:
@@ -33,8 +39,16 @@ async def backend(
         await memory.aclose()
         return
     redis_url = request.getfixturevalue("redis_url")
-    store = RedisQuotaBackend.from_url(redis_url, key_prefix=key_prefix, clock=clock)
+    # redis-inline: the scripts called inline (quotas/inline_redis.py), a ceiling so high
+    # that the path never steps aside; the fixture checks at the end that none went round it
+    inline = request.param == "redis-inline"
+    store = RedisQuotaBackend.from_url(
+        redis_url, key_prefix=key_prefix, clock=clock, inline_ceiling_s=10.0 if inline else 0.0
+    )
     yield store
+    if inline:
+        assert store._scripts is not None and store._scripts.inline is not None
+        assert store._scripts.inline.stepped_aside == 0
     cleaner = Redis.from_url(redis_url)
     await delete_prefix(cleaner, key_prefix)
     await cleaner.aclose()

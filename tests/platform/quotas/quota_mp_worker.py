@@ -11,14 +11,26 @@ from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
 
 
 async def race(
-    url: str, prefix: str, checks: Sequence[Check], tasks: int, clients: int, settle: int | None
+    url: str,
+    prefix: str,
+    checks: Sequence[Check],
+    tasks: int,
+    clients: int,
+    settle: int | None,
+    inline: bool = False,
 ) -> int:
     """`tasks` tasks over `clients` separate clients; returns how many admissions were granted.
 
     With `settle` set, each task keeps admitting and settling to that amount until a
-    refusal says waiting for other reservations will not help.
+    refusal says waiting for other reservations will not help. With `inline`, every other
+    client calls its scripts inline (quotas/inline_redis.py), the others through the loop.
     """
-    backends = [RedisQuotaBackend.from_url(url, key_prefix=prefix) for _ in range(clients)]
+    backends = [
+        RedisQuotaBackend.from_url(
+            url, key_prefix=prefix, inline_ceiling_s=1.0 if inline and i % 2 == 0 else 0.0
+        )
+        for i in range(clients)
+    ]
     start = asyncio.Event()
 
     async def one(index: int) -> int:

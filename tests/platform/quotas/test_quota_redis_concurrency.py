@@ -60,6 +60,15 @@ async def test_fifty_tasks_over_five_clients_admit_exactly_the_limit(
     assert await race(redis_url, prefix, [check], TASKS, clients=5, settle=None) == expected
 
 
+@pytest.mark.parametrize("case", range(4))
+async def test_clients_calling_inline_and_through_the_loop_share_the_limit_exactly(
+    redis_url: str, prefix: str, case: int
+) -> None:
+    check, expected = cases()[case]
+    granted = await race(redis_url, prefix, [check], TASKS, clients=4, settle=None, inline=True)
+    assert granted == expected
+
+
 async def test_reserve_and_settle_under_contention_never_overspends(
     redis_url: str, prefix: str
 ) -> None:

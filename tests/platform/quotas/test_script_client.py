@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import uvloop
+from quota_helpers import closed_port_url, silent_redis
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
@@ -134,36 +135,21 @@ async def test_the_database_and_credentials_of_the_url_are_used(redis: Redis) ->
 
 async def test_a_silent_server_times_out_every_waiting_call() -> None:
     """A server that accepts and reads but never answers (a hung Redis)."""
-    connections = 0
-
-    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        while await reader.read(65536):
-            pass
-        writer.close()
-
-    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = RedisScriptClient(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
-    try:
-        results = await asyncio.gather(
-            *(client.evalsha(ECHO, ["k"], ["v", i]) for i in range(5)), return_exceptions=True
-        )
-        assert all(isinstance(r, redis_errors.TimeoutError) for r in results), results
-        assert connections == 2  # the first connection and the one retry
-    finally:
-        await client.aclose()
-        server.close()
-        await server.wait_closed()
+    async with silent_redis() as (url, connections):
+        client = RedisScriptClient(url, timeout_s=0.2)
+        try:
+            results = await asyncio.gather(
+                *(client.evalsha(ECHO, ["k"], ["v", i]) for i in range(5)),
+                return_exceptions=True,
+            )
+            assert all(isinstance(r, redis_errors.TimeoutError) for r in results), results
+            assert connections == [2]  # the first connection and the one retry
+        finally:
+            await client.aclose()
 
 
 async def test_nothing_listening_is_a_connection_error() -> None:
-    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = probe.sockets[0].getsockname()[1]
-    probe.close()
-    await probe.wait_closed()
-    client = RedisScriptClient(f"redis://127.0.0.1:{port}/0")
+    client = RedisScriptClient(await closed_port_url())
     with pytest.raises(redis_errors.ConnectionError):
         await client.evalsha(ECHO, ["k"], ["v", 1])
     await client.aclose()
