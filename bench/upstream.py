@@ -21,6 +21,9 @@ same server:
 * `handlers` (only when named in `--fronts`): the same gateway with `HYDRANT_LEAN_PATH=false`,
   every request through Litestar's handlers: the baseline of the lean path
   (platform/inference/lean_path.py).
+* `loop-quotas` (only when named in `--fronts`): the same gateway with
+  `HYDRANT_QUOTA_INLINE_MS=0`, its quota scripts called through the event loop: the
+  baseline of inline quota calls (platform/quotas/inline_redis.py).
 
 Then `vllm bench serve` (random 256 in / 128 out, ignore_eos, seed 0) runs against vLLM
 directly and through each front in turn at each rate (`--rates`, default 5,10,20), after
@@ -115,7 +118,7 @@ from serving import (
 )
 from serving import _tree_ticks as tree_ticks
 
-ORDER = ("vllm", "relay", "litellm", "handlers", "upstream")
+ORDER = ("vllm", "relay", "litellm", "handlers", "loop-quotas", "upstream")
 
 
 @dataclass
@@ -196,7 +199,7 @@ def measure_viewed(
     opts: Options, vllm: Server, server: Server, rate: str, args: argparse.Namespace
 ) -> tuple[Run, FrontCpu | None, VllmView]:
     """`measure_front`, with vLLM's own view of the run (and Hydrant's, for Hydrant)."""
-    hydrant = server.kind == "upstream"
+    hydrant = isinstance(server, HydrantUpstream)
     before = histogram_totals(vllm.base_url)
     own_before = histogram_totals(server.base_url, HYDRANT_SERIES) if hydrant else {}
     run, used = measure_front(opts, server, rate, args.num_prompts, args)
@@ -281,7 +284,7 @@ def measure_paired(
         f"  vLLM direct beside {server.label}, {half}/s each: running (load {uptime()};"
         f" others before: {quiet:.2f} cores)"
     )
-    hydrant = server.kind == "upstream"
+    hydrant = isinstance(server, HydrantUpstream)
     own_before = histogram_totals(server.base_url, HYDRANT_SERIES) if hydrant else {}
     ticks = tree_ticks(server.process.pid)
     with OtherLoad() as other:
@@ -513,6 +516,17 @@ class HydrantHandlers(HydrantUpstream):
         return {**super().env(), "HYDRANT_LEAN_PATH": "false"}
 
 
+class HydrantLoopQuotas(HydrantUpstream):
+    """The same gateway with its quota scripts called through the event loop
+    (`HYDRANT_QUOTA_INLINE_MS=0`), the baseline of inline calls (quotas/inline_redis.py)."""
+
+    kind = "loop-quotas"
+    label = "Hydrant, quota calls through the loop"
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "HYDRANT_QUOTA_INLINE_MS": "0"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -534,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fronts",
         default="relay,litellm,upstream",
-        help="comma list of fronts: relay, litellm, upstream, handlers (Hydrant, lean path off)",
+        help="comma list of fronts: relay, litellm, upstream, handlers (Hydrant, lean path"
+        " off), loop-quotas (Hydrant, quota calls through the event loop)",
     )
     parser.add_argument("--py-spy", action="store_true", help="py-spy Hydrant's gateway")
     parser.add_argument(
@@ -558,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args(argv)
     chosen = set(args.fronts.split(","))
-    unknown = chosen - {"relay", "litellm", "upstream", "handlers"}
+    unknown = chosen - {"relay", "litellm", "upstream", "handlers", "loop-quotas"}
     if unknown:
         parser.error(f"unknown fronts: {', '.join(sorted(unknown))}")
 
@@ -608,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
         if "handlers" in chosen:
             handlers = HydrantHandlers(model, model_dir, opts, vllm.base_url)
             fronts.append(stack.enter_context(running(handlers)))
+        if "loop-quotas" in chosen:
+            loop_quotas = HydrantLoopQuotas(model, model_dir, opts, vllm.base_url)
+            fronts.append(stack.enter_context(running(loop_quotas)))
         if "upstream" in chosen:
             hydrant = HydrantUpstream(model, model_dir, opts, vllm.base_url)
             fronts.append(stack.enter_context(running(hydrant)))
@@ -616,7 +634,14 @@ def main(argv: list[str] | None = None) -> int:
             (out / "idle.json").write_text(json.dumps(asdict(idle)))
         else:
             measure_rates(opts, vllm, fronts, rates, args, Collected(runs, cpu, views, pairs))
-    kinds = (DirectVllm, ByteRelay, LitellmProxy, HydrantHandlers, HydrantUpstream)
+    kinds = (
+        DirectVllm,
+        ByteRelay,
+        LitellmProxy,
+        HydrantHandlers,
+        HydrantLoopQuotas,
+        HydrantUpstream,
+    )
     labels = {s.kind: s.label for s in kinds}
     if args.idle:
         text = (
