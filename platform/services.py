@@ -176,6 +176,7 @@ class InferenceServices:
             batch_lane_busy_slots=settings.batch_lane_busy_slots,
             on_refusal=metrics.observe_quota_refusal,
             on_lane_wait=metrics.observe_long_lane_queue,
+            on_store_admit=metrics.observe_quota_admission,
             credit_source=credit_book,
         )
         metered = MeteredLedger(ledger, metrics, prices=prices, device_price=device_price)

@@ -26,6 +26,8 @@ from hydrant.platform.billing.money import to_micro_units
 QUEUE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0)
 # Time the gateway adds around the engine: auth, tokenizing, quotas, dispatch, streaming.
 OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# A quota store's answer to an admission: a Redis script's round trip, sub-millisecond when well.
+ADMISSION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.0)
 
 
 class SpoolLike(Protocol):
@@ -118,6 +120,13 @@ class GatewayMetrics:
             buckets=QUEUE_BUCKETS,
             registry=r,
         )
+        self.quota_admission = Histogram(
+            "hydrant_quota_admission_seconds",
+            "Time a request waited for the quota store to admit it (a Redis script's round trip,"
+            " with the event loop's queue when not called inline).",
+            buckets=ADMISSION_BUCKETS,
+            registry=r,
+        )
         self.overhead = Histogram(
             "hydrant_gateway_overhead_seconds",
             "Time a request spent in the gateway outside the engine.",
@@ -181,6 +190,9 @@ class GatewayMetrics:
 
     def observe_long_lane_queue(self, model: str, seconds: float) -> None:
         self.long_lane_queue.labels(model).observe(max(0.0, seconds))
+
+    def observe_quota_admission(self, seconds: float) -> None:
+        self.quota_admission.observe(max(0.0, seconds))
 
     def observe_overhead(self, model: str, seconds: float) -> None:
         self.overhead.labels(model).observe(max(0.0, seconds))

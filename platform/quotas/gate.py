@@ -258,6 +258,7 @@ class QuotaGate:
         batch_lane_busy_slots: int = 0,
         on_refusal: Callable[[str, str], None] | None = None,
         on_lane_wait: Callable[[str, float], None] | None = None,
+        on_store_admit: Callable[[float], None] | None = None,
         credit_source: CreditSource | None = None,
     ) -> None:
         self.backend = backend
@@ -270,6 +271,7 @@ class QuotaGate:
         self._batch_slots = (batch_lane_slots, batch_lane_busy_slots)
         self._refused = on_refusal or (lambda tenant, reason: None)
         self._lane_waited = on_lane_wait or (lambda model, seconds: None)
+        self._store_admitted = on_store_admit or (lambda seconds: None)  # the store's answer, timed
 
     def lane(self, model: str) -> LongLane:
         if model not in self._lanes:
@@ -370,7 +372,13 @@ class QuotaGate:
                 project=ctx.project,
                 key_quota=ctx.key_quota,
             )
-            admission = await self.backend.admit(checks) if checks else None
+            admission = None
+            if checks:
+                asked_at = time.perf_counter()
+                try:
+                    admission = await self.backend.admit(checks)
+                finally:  # a refusal waited for its answer too
+                    self._store_admitted(time.perf_counter() - asked_at)
             if standing is not None and admission is not None and not admission.metered:
                 # The store is down and the policy is to fail open: a prepaid tenant is
                 # still never served unmetered (its balance is a hard stop).

@@ -82,6 +82,7 @@ def test_every_metric_appears_after_observations() -> None:
     metrics.observe_quota_refusal("ten_a", "rate_limit")
     metrics.observe_long_lane_queue("alpha", 3.5)
     metrics.observe_overhead("alpha", 0.004)
+    metrics.observe_quota_admission(0.0003)
     metrics.set_spool_depth(7)
     text = render_registries([metrics.registry]).decode()
     names = {family.name for family in text_string_to_metric_families(text)}
@@ -96,6 +97,7 @@ def test_every_metric_appears_after_observations() -> None:
         "hydrant_quota_refusals",
         "hydrant_long_lane_queue_seconds",
         "hydrant_gateway_overhead_seconds",
+        "hydrant_quota_admission_seconds",
         "hydrant_ledger_spool_entries",
     }
     r = metrics.registry
@@ -106,6 +108,9 @@ def test_every_metric_appears_after_observations() -> None:
     assert value(r, "hydrant_quota_refusals_total", tenant="ten_a", reason="rate_limit") == 1
     assert value(r, "hydrant_long_lane_queue_seconds_count", model="alpha") == 1
     assert value(r, "hydrant_long_lane_queue_seconds_sum", model="alpha") == 3.5
+    assert value(r, "hydrant_quota_admission_seconds_count") == 1
+    assert value(r, "hydrant_quota_admission_seconds_bucket", le="0.0005") == 1
+    assert value(r, "hydrant_quota_admission_seconds_bucket", le="0.00025") == 0
     assert value(r, "hydrant_ledger_spool_entries") == 7
 
 

@@ -374,3 +374,17 @@ async def test_quiet_waits_for_the_models_interactive_requests_to_end() -> None:
     second.close()
     await asyncio.wait_for(waiter, 1)
     await asyncio.wait_for(g.quiet("other"), 1)  # another model's traffic is not waited on
+
+
+async def test_the_store_s_answer_is_timed_admitted_or_refused_and_not_without_checks() -> None:
+    times: list[float] = []
+    timed = gate(on_store_admit=times.append)
+    limited = plan(requests_per_minute=1)
+    admitted = await timed.admit(ctx(10, 10, limited))
+    assert len(times) == 1 and times[0] > 0
+    with pytest.raises(RateLimited):
+        await timed.admit(ctx(10, 10, limited))  # the minute's one request is taken
+    assert len(times) == 2 and times[1] > 0  # a refusal waited for its answer too
+    await timed.admit(ctx(10, 10))  # no limits: no checks, the store is not asked
+    assert len(times) == 2
+    await admitted.settle(outcome(10, 10))
