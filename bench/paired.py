@@ -128,6 +128,7 @@ class Pair:
     other_cores: float
     cpu_ms_per_k: float  # the front's CPU per 1,000 of its arm's output tokens
     front_ms: float | None = None  # Hydrant's own time outside vLLM, mean
+    admission_ms: float | None = None  # Hydrant's wait for its quota store's admission, mean
     ttfts: dict[str, list[float]] = field(default_factory=dict)  # arm -> over the overlap, ms
 
 
@@ -165,14 +166,14 @@ def paired_table(pairs: list[Pair], labels: dict[str, str], order: tuple[str, ..
     the front adds in matched requests (pooled over the rounds: the median and quartiles
     of each request's TTFT difference and TPOT ratio to its direct twin), the difference
     of the arms' TTFT p99 over every round's requests (one round's p99 is its slowest
-    request or two), and the front's CPU and own time."""
+    request or two), and the front's CPU, own time and wait for its quota admission."""
     lines = [
         "| rate (both arms) | front | TTFT p50 / p99 ms, direct | through"
         " | TTFT added, matched: median (quartiles) ms | TTFT p99 added ms, pooled"
         " | TPOT p50 ms, direct | through | TPOT ratio, matched: median (quartiles)"
         " | ITL p99 ratio | front CPU ms per 1,000 tokens | front's own ms"
-        " | matched requests (rounds) | failed |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " | quota admission, mean ms | matched requests (rounds) | failed |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for rate in dict.fromkeys(p.rate for p in pairs):
         for kind in order:
@@ -192,6 +193,7 @@ def paired_table(pairs: list[Pair], labels: dict[str, str], order: tuple[str, ..
             r1, r2, r3 = _quartiles([m.tpot_ratio for m in matches])
             itl = _median([c.through["itl_p99"] / c.direct["itl_p99"] for c in cells])
             own = _median([c.front_ms for c in cells if c.front_ms is not None])
+            admission = _median([c.admission_ms for c in cells if c.admission_ms is not None])
             lines.append(
                 f"| {rate}/s | {labels[kind]}"
                 f" | {arm('direct', 'ttft_p50'):.1f} / {arm('direct', 'ttft_p99'):.1f}"
@@ -201,6 +203,7 @@ def paired_table(pairs: list[Pair], labels: dict[str, str], order: tuple[str, ..
                 f" | {r2:.3f}x ({r1:.3f} to {r3:.3f}) | {itl:.2f}x"
                 f" | {_median([c.cpu_ms_per_k for c in cells]):,.0f}"
                 f" | {'-' if math.isnan(own) else f'{own:.2f}'}"
+                f" | {'-' if math.isnan(admission) else f'{admission:.2f}'}"
                 f" | {len(matches)} ({len(cells)}) | {sum(c.failed for c in cells)} |"
             )
     return "\n".join(lines)

@@ -119,6 +119,9 @@ from serving import (
 from serving import _tree_ticks as tree_ticks
 
 ORDER = ("vllm", "relay", "litellm", "handlers", "loop-quotas", "upstream")
+# Hydrant's own histograms read around a paired run: its time outside vLLM, and its wait for
+# its quota store's admission (platform/metrics/gateway.py)
+FRONT_SERIES = {**HYDRANT_SERIES, "admission": "hydrant_quota_admission_seconds"}
 
 
 @dataclass
@@ -285,7 +288,7 @@ def measure_paired(
         f" others before: {quiet:.2f} cores)"
     )
     hydrant = isinstance(server, HydrantUpstream)
-    own_before = histogram_totals(server.base_url, HYDRANT_SERIES) if hydrant else {}
+    own_before = histogram_totals(server.base_url, FRONT_SERIES) if hydrant else {}
     ticks = tree_ticks(server.process.pid)
     with OtherLoad() as other:
         clients = {
@@ -297,9 +300,7 @@ def measure_paired(
             "front": finish_client(clients["front"], server, results["front"]),
         }
     used = (tree_ticks(server.process.pid) - ticks) / TICK
-    front_ms = None
-    if hydrant:
-        front_ms = means_ms(own_before, histogram_totals(server.base_url, HYDRANT_SERIES))["front"]
+    own = means_ms(own_before, histogram_totals(server.base_url, FRONT_SERIES)) if hydrant else {}
     pair = pair_of(
         rate,
         server.kind,
@@ -308,7 +309,8 @@ def measure_paired(
         failed=sum(int(d.get("failed", 0)) for d in data.values()),
         other_cores=other.cores,
         cpu_ms_per_k=1e6 * used / max(data["front"]["total_output_tokens"], 1),
-        front_ms=front_ms,
+        front_ms=own.get("front"),
+        admission_ms=own.get("admission"),
     )
     ttft = statistics.median(m.ttft_added for m in pair.matches)
     tpot = statistics.median(m.tpot_ratio for m in pair.matches)

@@ -91,6 +91,8 @@ def test_the_table_pools_matched_requests_over_the_rounds(paired: Any) -> None:
             failed=0,
             other_cores=0.0,
             cpu_ms_per_k=30.0,
+            front_ms=2.0 + 100 * extra,
+            admission_ms=0.3 + 20 * extra,
         )
         for extra in (0.0, 0.010)
     ]
@@ -103,4 +105,6 @@ def test_the_table_pools_matched_requests_over_the_rounds(paired: Any) -> None:
     # TPOT: 10 ms direct, 10 and 11 ms through
     assert cells[8].startswith("1.050x (1.000 to 1.100)")
     # the last request through the front was sent after the direct arm's last: 9 a round
-    assert cells[12] == "18 (2)"
+    # the front's own time and its quota admission: medians over the rounds
+    assert (cells[11], cells[12]) == ("2.50", "0.40")
+    assert cells[13] == "18 (2)"
