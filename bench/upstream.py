@@ -42,8 +42,10 @@ during each of its runs (raw collapsed stacks in the results folder, as bench/se
 once, each at half the rate with half the prompts (`--num-prompts`), one to vLLM and one
 through the front (the seeds swap arms every round). Both arms meet the same vLLM batch and
 the same host at the same moment, so their difference is what the front adds, where
-sequential runs differ by what the host did meanwhile. The table gives each arm's figures
-and what the front adds, with each request through it matched to the direct one sent
+sequential runs differ by what the host did meanwhile. The fronts take turns to go first
+at each rate, round by round: the front that runs second lost about 1.5 ms of TTFT to the
+one before it, whichever it was (10/s, both orders, 3 rounds each). The table gives each
+arm's figures and what the front adds, with each request through it matched to the direct one sent
 nearest in time (bench/paired.py: medians and quartiles over every round's matches). What
 it cannot show: vLLM's own view per arm (its histograms hold both), and the direct arm's
 client shares its cores with the front (in `split`, core 1), as the sequential runs'
@@ -494,7 +496,10 @@ def measure_rates(
             progress(f"round {round_no + 1} of {args.rounds}")
         for rate in rates:
             if args.paired:
-                for server in fronts[1:]:
+                # Each round starts with another front: the second to run beside direct at a
+                # rate added 1.5 ms more TTFT at 10/s than the first, whichever front it was.
+                turn = round_no % (len(fronts) - 1)
+                for server in fronts[1 + turn :] + fronts[1 : 1 + turn]:
                     got.pairs.append(measure_paired(opts, vllm, server, rate, round_no, args))
                     (out / "paired.json").write_text(json.dumps([asdict(p) for p in got.pairs]))
                 continue
