@@ -1,13 +1,14 @@
 """Quota scripts answered inline: a blocking socket call while Redis answers fast enough.
 
 Why block an event loop: every generation request waits for its ADMIT script before
-it is dispatched, and through the loop that wait is not the script's (tens of
-microseconds in Redis) but the loop's queue. Measured in the gateway in front of an
-upstream vLLM at 20 requests/s (bench/upstream.py, 2 cores): the admission step took
-0.94 ms at the median and 6.8 ms at p90, because the reply, long arrived, waited
-behind the streams' token writes the loop had queued meanwhile. Called inline, the
-gateway sleeps in `recv` for the round trip alone (the core goes to Redis at once)
-and the loop is held for that long: 0.1-0.3 ms against a Redis on the same host.
+it is dispatched, and through the loop that wait is not the script's (60-160 µs in
+Redis) but the loop's queue. Measured in the gateway in front of an upstream vLLM at
+20 requests/s (bench/upstream.py, 2 cores): the admission step took 0.9 ms at the
+median and 6.8-11.8 ms at p90, because the reply, long arrived, waited behind the
+streams' token writes the loop had queued meanwhile. Called inline, the gateway sleeps
+in `recv` for the round trip alone (the core goes to Redis at once) and the loop is
+held for that long: the step took 0.6 ms at the median and 1.2 ms at p90, its Python
+work (the checks, the reply's rate-limit headers) included.
 
 Blocking is only worth it while the round trip is short, so this stays a fast path
 with a ceiling: `InlineRedis` times its calls and steps aside (the async client takes

@@ -14,6 +14,14 @@ from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
 
 
 @pytest.fixture()
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    """A redis-py client of the test server, to look at what the code under test wrote."""
+    client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture()
 def clock() -> ManualClock:
     return ManualClock()
 

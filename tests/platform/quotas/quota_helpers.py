@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from redis.asyncio import Redis
 
+from hydrant.platform.quotas.script_client import LuaScript
+
 START = 1_750_000_000.0
+
+# Scripts for the script clients' tests (test_script_client.py, test_inline_redis.py)
+ECHO = LuaScript("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) * 2}")
+SET_AND_GET = LuaScript(
+    "redis.call('SET', KEYS[1], ARGV[1], 'EX', 60) return redis.call('GET', KEYS[1])"
+)
+FAILING = LuaScript("return redis.error_reply('quota script says no')")
 
 
 class ManualClock:
@@ -31,12 +41,11 @@ async def delete_prefix(client: Redis, prefix: str) -> None:
         await client.delete(key)
 
 
-async def closed_port_url() -> str:
+def closed_port_url() -> str:
     """A `redis://` URL where nothing listens (a port just freed)."""
-    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = probe.sockets[0].getsockname()[1]
-    probe.close()
-    await probe.wait_closed()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     return f"redis://127.0.0.1:{port}/0"
 
 

@@ -13,32 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
-from quota_helpers import ManualClock, closed_port_url, silent_redis
+from quota_helpers import ECHO, FAILING, SET_AND_GET, ManualClock, closed_port_url, silent_redis
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from hydrant.errors import ConfigurationError
 from hydrant.platform.quotas.inline_redis import InlineRedis, InlineUnavailable
 from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
-from hydrant.platform.quotas.script_client import LuaScript, RedisAddress, RedisScriptClient
+from hydrant.platform.quotas.script_client import RedisAddress, RedisScriptClient
 from hydrant.platform.services import make_quota_backend
 from hydrant.settings import load_settings
-
-ECHO = LuaScript("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) * 2}")
-SET_AND_GET = LuaScript(
-    "redis.call('SET', KEYS[1], ARGV[1], 'EX', 60) return redis.call('GET', KEYS[1])"
-)
-FAILING = LuaScript("return redis.error_reply('quota script says no')")
-
-
-@pytest.fixture()
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
 
 
 def inline_client(url: str, clock: ManualClock, ceiling_s: float = 1.0) -> RedisScriptClient:
@@ -166,7 +152,7 @@ async def test_a_silent_server_holds_the_loop_once_for_the_timeout_then_not_agai
 
 
 async def test_nothing_listening_steps_aside_and_is_a_connection_error() -> None:
-    client = inline_client(await closed_port_url(), ManualClock())
+    client = inline_client(closed_port_url(), ManualClock())
     try:
         with pytest.raises(redis_errors.ConnectionError):
             await client.evalsha(ECHO, ["k"], ["v", 1])

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import AsyncIterator
 
 import pytest
-from quota_helpers import delete_prefix
+from quota_helpers import closed_port_url, delete_prefix
 from redis.asyncio import Redis
 
 from hydrant.platform.quotas import (
@@ -27,13 +26,6 @@ async def client(redis_url: str, key_prefix: str) -> AsyncIterator[Redis]:
     yield redis
     await delete_prefix(redis, key_prefix)
     await redis.aclose()
-
-
-def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"redis://127.0.0.1:{port}/0"
 
 
 @pytest.mark.integration

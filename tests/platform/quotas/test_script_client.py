@@ -15,25 +15,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 import uvloop
-from quota_helpers import closed_port_url, silent_redis
+from quota_helpers import ECHO, FAILING, SET_AND_GET, closed_port_url, silent_redis
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
 from hydrant.platform.quotas.script_client import LuaScript, RedisAddress, RedisScriptClient
-
-ECHO = LuaScript("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) * 2}")
-SET_AND_GET = LuaScript(
-    "redis.call('SET', KEYS[1], ARGV[1], 'EX', 60) return redis.call('GET', KEYS[1])"
-)
-FAILING = LuaScript("return redis.error_reply('quota script says no')")
-
-
-@pytest.fixture()
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture()
@@ -149,7 +136,7 @@ async def test_a_silent_server_times_out_every_waiting_call() -> None:
 
 
 async def test_nothing_listening_is_a_connection_error() -> None:
-    client = RedisScriptClient(await closed_port_url())
+    client = RedisScriptClient(closed_port_url())
     with pytest.raises(redis_errors.ConnectionError):
         await client.evalsha(ECHO, ["k"], ["v", 1])
     await client.aclose()
