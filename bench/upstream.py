@@ -120,7 +120,6 @@ from serving import (
 )
 from serving import _tree_ticks as tree_ticks
 
-ORDER = ("vllm", "relay", "litellm", "handlers", "loop-quotas", "upstream")
 # Hydrant's own histograms read around a paired run: its time outside vLLM, and its wait for
 # its quota store's admission (platform/metrics/gateway.py)
 FRONT_SERIES = {**HYDRANT_SERIES, "admission": "hydrant_quota_admission_seconds"}
@@ -534,6 +533,11 @@ class HydrantLoopQuotas(HydrantUpstream):
         return {**super().env(), "HYDRANT_QUOTA_INLINE_MS": "0"}
 
 
+# Every front `--fronts` may name, in the order they start and the tables list them
+FRONTS = (ByteRelay, LitellmProxy, HydrantHandlers, HydrantLoopQuotas, HydrantUpstream)
+ORDER = ("vllm", *(front.kind for front in FRONTS))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -580,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args(argv)
     chosen = set(args.fronts.split(","))
-    unknown = chosen - {"relay", "litellm", "upstream", "handlers", "loop-quotas"}
+    unknown = chosen - set(ORDER[1:])
     if unknown:
         parser.error(f"unknown fronts: {', '.join(sorted(unknown))}")
 
@@ -620,36 +624,16 @@ def main(argv: list[str] | None = None) -> int:
         vllm.cores = vllm_cores
         stack.enter_context(running(vllm))
         fronts: list[Server] = [vllm]
-        if "relay" in chosen:
-            fronts.append(
-                stack.enter_context(running(ByteRelay(model, model_dir, opts, vllm.base_url)))
-            )
-        if "litellm" in chosen:
-            litellm = LitellmProxy(model, model_dir, opts, vllm.base_url)
-            fronts.append(stack.enter_context(running(litellm)))
-        if "handlers" in chosen:
-            handlers = HydrantHandlers(model, model_dir, opts, vllm.base_url)
-            fronts.append(stack.enter_context(running(handlers)))
-        if "loop-quotas" in chosen:
-            loop_quotas = HydrantLoopQuotas(model, model_dir, opts, vllm.base_url)
-            fronts.append(stack.enter_context(running(loop_quotas)))
-        if "upstream" in chosen:
-            hydrant = HydrantUpstream(model, model_dir, opts, vllm.base_url)
-            fronts.append(stack.enter_context(running(hydrant)))
+        for front in FRONTS:
+            if front.kind in chosen:
+                server = front(model, model_dir, opts, vllm.base_url)
+                fronts.append(stack.enter_context(running(server)))
         if args.idle:
             idle = measure_idle(opts, fronts, args.idle)
             (out / "idle.json").write_text(json.dumps(asdict(idle)))
         else:
             measure_rates(opts, vllm, fronts, rates, args, Collected(runs, cpu, views, pairs))
-    kinds = (
-        DirectVllm,
-        ByteRelay,
-        LitellmProxy,
-        HydrantHandlers,
-        HydrantLoopQuotas,
-        HydrantUpstream,
-    )
-    labels = {s.kind: s.label for s in kinds}
+    labels = {s.kind: s.label for s in (DirectVllm, *FRONTS)}
     if args.idle:
         text = (
             f"\n## demo: one request at a time, {args.idle} prompts (text) to each arm in turn;"
