@@ -22,6 +22,17 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
 
 
 @pytest.fixture()
+async def acl_user(redis: Redis) -> AsyncIterator[tuple[str, str]]:
+    """A Redis ACL user (name, password) that may do anything; deleted afterwards."""
+    user, password = f"hydrant_test_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    await redis.acl_setuser(
+        user, enabled=True, passwords=[f"+{password}"], keys=["*"], commands=["+@all"]
+    )
+    yield user, password
+    await redis.acl_deluser(user)
+
+
+@pytest.fixture()
 def clock() -> ManualClock:
     return ManualClock()
 

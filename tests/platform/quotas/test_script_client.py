@@ -97,11 +97,10 @@ async def test_a_killed_connection_is_replaced_on_the_next_call(
 
 
 @pytest.mark.integration
-async def test_the_database_and_credentials_of_the_url_are_used(redis: Redis) -> None:
-    user, password = f"hydrant_test_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    await redis.acl_setuser(
-        user, enabled=True, passwords=[f"+{password}"], keys=["*"], commands=["+@all"]
-    )
+async def test_the_database_and_credentials_of_the_url_are_used(
+    redis: Redis, acl_user: tuple[str, str]
+) -> None:
+    user, password = acl_user
     key = f"test:scripts:{uuid.uuid4().hex}"
     client = RedisScriptClient(f"redis://{user}:{password}@127.0.0.1:6379/5")
     wrong = RedisScriptClient(f"redis://{user}:not-{password}@127.0.0.1:6379/5")
@@ -117,7 +116,6 @@ async def test_the_database_and_credentials_of_the_url_are_used(redis: Redis) ->
     finally:
         await client.aclose()
         await wrong.aclose()
-        await redis.acl_deluser(user)
 
 
 async def test_a_silent_server_times_out_every_waiting_call() -> None:
