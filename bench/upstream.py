@@ -21,9 +21,9 @@ same server:
 * `handlers` (only when named in `--fronts`): the same gateway with `HYDRANT_LEAN_PATH=false`,
   every request through Litestar's handlers: the baseline of the lean path
   (platform/inference/lean_path.py).
-* `loop-quotas` (only when named in `--fronts`): the same gateway with
-  `HYDRANT_QUOTA_INLINE_MS=0`, its quota scripts called through the event loop: the
-  baseline of inline quota calls (platform/quotas/inline_redis.py).
+* `inline-quotas` (only when named in `--fronts`): the same gateway with
+  `HYDRANT_QUOTA_INLINE_MS=1`, its quota scripts called inline
+  (platform/quotas/inline_redis.py; the default calls them through the event loop).
 
 Then `vllm bench serve` (random 256 in / 128 out, ignore_eos, seed 0) runs against vLLM
 directly and through each front in turn at each rate (`--rates`, default 5,10,20), after
@@ -522,19 +522,19 @@ class HydrantHandlers(HydrantUpstream):
         return {**super().env(), "HYDRANT_LEAN_PATH": "false"}
 
 
-class HydrantLoopQuotas(HydrantUpstream):
-    """The same gateway with its quota scripts called through the event loop
-    (`HYDRANT_QUOTA_INLINE_MS=0`), the baseline of inline calls (quotas/inline_redis.py)."""
+class HydrantInlineQuotas(HydrantUpstream):
+    """The same gateway with its quota scripts called inline (`HYDRANT_QUOTA_INLINE_MS=1`,
+    quotas/inline_redis.py; off by default), beside the default's calls through the loop."""
 
-    kind = "loop-quotas"
-    label = "Hydrant, quota calls through the loop"
+    kind = "inline-quotas"
+    label = "Hydrant, quota calls inline"
 
     def env(self) -> dict[str, str]:
-        return {**super().env(), "HYDRANT_QUOTA_INLINE_MS": "0"}
+        return {**super().env(), "HYDRANT_QUOTA_INLINE_MS": "1"}
 
 
 # Every front `--fronts` may name, in the order they start and the tables list them
-FRONTS = (ByteRelay, LitellmProxy, HydrantHandlers, HydrantLoopQuotas, HydrantUpstream)
+FRONTS = (ByteRelay, LitellmProxy, HydrantHandlers, HydrantInlineQuotas, HydrantUpstream)
 ORDER = ("vllm", *(front.kind for front in FRONTS))
 
 
@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fronts",
         default="relay,litellm,upstream",
         help="comma list of fronts: relay, litellm, upstream, handlers (Hydrant, lean path"
-        " off), loop-quotas (Hydrant, quota calls through the event loop)",
+        " off), inline-quotas (Hydrant, quota scripts called inline)",
     )
     parser.add_argument("--py-spy", action="store_true", help="py-spy Hydrant's gateway")
     parser.add_argument(

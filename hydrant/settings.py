@@ -162,7 +162,8 @@ class Settings:
     ledger_commit: LedgerCommitMode = "database"
     redis_failure_mode: FailureMode = "closed"
     # quota scripts called inline (blocking) while Redis answers within this (median); 0: off
-    quota_inline_ms: float = 1.0
+    # (the default: inline calls serialize a burst's admissions, see the README)
+    quota_inline_ms: float = 0.0
     log_level: str = "INFO"
     log_format: LogFormat = "json"
     log_file: Path | None = None
