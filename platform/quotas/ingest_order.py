@@ -126,3 +126,20 @@ def leave_ingest_gate() -> None:
     place = _place.get()
     if place is not None:
         place.release()
+
+
+def admission_alone() -> bool:
+    """Whether the current request goes through the admission path with nobody beside it
+    or behind it: no other request holds a place or waits for one. Then a quota call made
+    inline (quotas/inline_redis.py) holds up nobody; with others in the path, their calls
+    go out together through the loop, and inline calls would make them one after another
+    (a burst of 50 measured 44 ms of gateway time through the loop, 57-62 ms inline).
+
+    A request that took no place (the gate is off, or the request is not a generation)
+    counts as alone; one whose place went back before this (its lease ran out: the path is
+    slow now) does not."""
+    place = _place.get()
+    if place is None:
+        return True
+    gate = place._gate
+    return gate is not None and gate.in_use == 1 and not gate.waiting

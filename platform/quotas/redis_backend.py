@@ -35,6 +35,7 @@ from hydrant.platform.quotas.checks import (
     resolve_actuals,
     validate_checks,
 )
+from hydrant.platform.quotas.ingest_order import admission_alone
 from hydrant.platform.quotas.redis_scripts import ADMIT, RENEW, RESYNC, SETTLE, USAGE
 from hydrant.platform.quotas.script_client import LuaScript, RedisAddress, RedisScriptClient
 
@@ -124,6 +125,8 @@ class RedisQuotaBackend:
         checks: Sequence[Check],
         rid: str,
         amounts: Sequence[int] | None = None,
+        *,
+        inline: bool = False,
     ) -> Any:
         keys: list[str] = []
         args: list[str | int | float] = [self._now(), rid, len(checks)]
@@ -131,15 +134,26 @@ class RedisQuotaBackend:
             keys.extend(self._keys(check))
             amount = amounts[index] if amounts is not None else getattr(check, "amount", 0)
             args.extend(self._params(check, amount))
-        return await self._eval(script, keys, args)
+        return await self._eval(script, keys, args, inline=inline)
 
     def _now(self) -> str:
         return "" if self._clock is None else repr(self._clock())
 
-    async def _eval(self, script: LuaScript, keys: list[str], args: list[str | int | float]) -> Any:
+    async def _eval(
+        self,
+        script: LuaScript,
+        keys: list[str],
+        args: list[str | int | float],
+        *,
+        inline: bool = False,
+    ) -> Any:
+        """`inline`: the call may be made inline (quotas/inline_redis.py), where the client
+        has that path. Only an admission asks: a request waits for its answer before it
+        is dispatched. Settling and the rest go through the loop, where they hold up no
+        other request's tokens."""
         try:
             if self._scripts is not None:
-                return await self._scripts.evalsha(script, keys, args)
+                return await self._scripts.evalsha(script, keys, args, inline=inline)
             return await self._registered[script.sha](keys=keys, args=args)
         except _UNAVAILABLE as exc:
             raise QuotaBackendUnavailable(f"Redis is unavailable: {type(exc).__name__}") from exc
@@ -147,7 +161,10 @@ class RedisQuotaBackend:
     async def admit(self, checks: Sequence[Check], reservation_id: str | None = None) -> Admission:
         plan = validate_checks(checks)
         rid = reservation_id or uuid.uuid4().hex
-        reply = [int(v) for v in cast(list[int], await self._run(_ADMIT, plan, rid))]
+        # Inline only while no other request is in the admission path: theirs would wait
+        # (ingest_order.py); through the loop, their calls go out together.
+        answer = await self._run(_ADMIT, plan, rid, inline=admission_alone())
+        reply = [int(v) for v in cast(list[int], answer)]
         if reply[0] == 1:
             return Admission(reservation_id=rid, checks=plan, windows=_windows(plan, reply[1:]))
         refusals = []

@@ -165,18 +165,25 @@ class RedisScriptClient:
         self._closed = False
 
     async def evalsha(
-        self, script: LuaScript, keys: Sequence[str], args: Sequence[str | int | float]
+        self,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[str | int | float],
+        *,
+        inline: bool = True,
     ) -> Any:
-        """`EVALSHA` (or `EVAL` when the server does not know the script yet)."""
+        """`EVALSHA` (or `EVAL` when the server does not know the script yet). `inline`:
+        the call may be made inline, where this client has an inline path; False when
+        nobody waits for its answer, or others wait to make theirs (the caller knows)."""
         tail = (len(keys), *keys, *args)
         try:
-            return await self._call(("EVALSHA", script.sha, *tail))
+            return await self._call(("EVALSHA", script.sha, *tail), inline)
         except redis_errors.NoScriptError:  # a new or flushed server: EVAL also caches it
-            return await self._call(("EVAL", script.source, *tail))
+            return await self._call(("EVAL", script.source, *tail), inline)
 
-    async def _call(self, command: Sequence[Any]) -> Any:
+    async def _call(self, command: Sequence[Any], may_inline: bool) -> Any:
         packed = pack_command(command)
-        inline = self.inline
+        inline = self.inline if may_inline else None
         if inline is not None and inline.active and not self._closed:
             with contextlib.suppress(InlineUnavailable):  # it paused itself: through the loop
                 if not inline.resolved:

@@ -1,5 +1,6 @@
 """The admission path's FIFO gate: places go to waiters in arrival order, never to a
-latecomer, and neither a cancelled waiter nor a double release loses or makes a place."""
+latecomer, and neither a cancelled waiter nor a double release loses or makes a place; a
+request knows whether others are in the path with it (`admission_alone`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from hydrant.platform.quotas.ingest_order import (
     IngestGate,
     Place,
+    admission_alone,
     drop_place,
     hold_place,
     leave_ingest_gate,
@@ -137,3 +139,29 @@ async def test_a_place_held_past_its_lease_moves_on() -> None:
     assert gate.in_use == 1
     place.release()
     assert gate.in_use == 0
+
+
+async def test_a_request_is_alone_in_the_path_only_while_no_other_holds_or_waits() -> None:
+    assert admission_alone()  # no place taken: no gate, or not a generation request
+    gate = IngestGate(2)
+    mine = await gate.acquire()
+    token = hold_place(mine)
+    try:
+        assert admission_alone()
+        other = await gate.acquire()  # beside it
+        assert not admission_alone()
+        other.release()
+        assert admission_alone()
+        other = await gate.acquire()
+        behind = asyncio.create_task(gate.acquire())  # the gate is full: it waits
+        await _settle()
+        assert gate.waiting == 1 and not admission_alone()
+        other.release()  # its place goes to the one behind
+        (await behind).release()
+        assert gate.waiting == 0 and gate.in_use == 1
+        assert admission_alone()
+        mine.release()  # admitted, or its lease ran out: no longer in the path
+        assert not admission_alone()
+    finally:
+        drop_place(token)
+    assert admission_alone()

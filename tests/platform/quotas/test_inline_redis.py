@@ -6,7 +6,8 @@ fails that call alone and keeps the path; a kept connection Redis dropped is rep
 on the spot; the path steps aside (the calls go through the loop, and still succeed)
 when the median call passes the ceiling, when Redis stops answering within the timeout,
 or when nothing listens, and comes back after its pause; the URL's credentials and
-database are used; `rediss://` and a ceiling of 0 never block.
+database are used; `rediss://` and a ceiling of 0 never block. The quota store asks for
+inline calls for admissions alone in the admission path, never for settlements.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from hydrant.errors import ConfigurationError
+from hydrant.platform.quotas.checks import WindowCheck
+from hydrant.platform.quotas.ingest_order import IngestGate, drop_place, hold_place
 from hydrant.platform.quotas.inline_redis import InlineRedis, InlineUnavailable
 from hydrant.platform.quotas.redis_backend import RedisQuotaBackend
 from hydrant.platform.quotas.script_client import RedisAddress, RedisScriptClient
@@ -159,6 +162,36 @@ async def test_nothing_listening_steps_aside_and_is_a_connection_error() -> None
         assert client.inline is not None and client.inline.stepped_aside == 1
     finally:
         await client.aclose()
+
+
+@pytest.mark.integration
+async def test_admissions_go_inline_only_alone_in_the_path_and_settling_never(
+    redis_url: str,
+) -> None:
+    """The quota store asks for an inline call for an admission alone: with another
+    request in the admission path (a place beside it in the ingest gate), the calls go out
+    together through the loop; a settlement, which nobody waits for, always does."""
+    store = RedisQuotaBackend.from_url(
+        redis_url, key_prefix=f"test:inline:{uuid.uuid4().hex}", inline_ceiling_s=10.0
+    )
+    checks = [WindowCheck("rpm", "tenant:rpm", 100, 60.0)]
+    gate = IngestGate(4)
+    token = hold_place(await gate.acquire())
+    try:
+        await store.settle(await store.admit(checks))  # the host looked up, through the loop
+        admitted = store.admit(checks)
+        assert await answered_without_a_loop_turn(admitted)  # alone: inline
+        beside = await gate.acquire()
+        assert not await answered_without_a_loop_turn(store.admit(checks))
+        beside.release()
+        admission = await store.admit(checks)
+        assert not await answered_without_a_loop_turn(store.settle(admission))
+        assert (await store.usage(checks[0])).used == 4  # all counted, wherever they went
+        assert store._scripts is not None and store._scripts.inline is not None
+        assert store._scripts.inline.stepped_aside == 0
+    finally:
+        drop_place(token)
+        await store.aclose()
 
 
 def test_an_unresolved_path_takes_no_call() -> None:
