@@ -21,9 +21,10 @@ same server:
 * `handlers` (only when named in `--fronts`): the same gateway with `HYDRANT_LEAN_PATH=false`,
   every request through Litestar's handlers: the baseline of the lean path
   (platform/inference/lean_path.py).
-* `inline-quotas` (only when named in `--fronts`): the same gateway with
-  `HYDRANT_QUOTA_INLINE_MS=1`, its quota scripts called inline
-  (platform/quotas/inline_redis.py; the default calls them through the event loop).
+* `loop-quotas` (only when named in `--fronts`): the same gateway with
+  `HYDRANT_QUOTA_INLINE_MS=0`, every quota script called through the event loop (the
+  default calls an admission inline while it is alone in the admission path:
+  platform/quotas/inline_redis.py).
 
 Then `vllm bench serve` (random 256 in / 128 out, ignore_eos, seed 0) runs against vLLM
 directly and through each front in turn at each rate (`--rates`, default 5,10,20), after
@@ -522,19 +523,20 @@ class HydrantHandlers(HydrantUpstream):
         return {**super().env(), "HYDRANT_LEAN_PATH": "false"}
 
 
-class HydrantInlineQuotas(HydrantUpstream):
-    """The same gateway with its quota scripts called inline (`HYDRANT_QUOTA_INLINE_MS=1`,
-    quotas/inline_redis.py; off by default), beside the default's calls through the loop."""
+class HydrantLoopQuotas(HydrantUpstream):
+    """The same gateway with every quota script called through the event loop
+    (`HYDRANT_QUOTA_INLINE_MS=0`), beside the default's admissions called inline while
+    alone in the admission path (quotas/inline_redis.py)."""
 
-    kind = "inline-quotas"
-    label = "Hydrant, quota calls inline"
+    kind = "loop-quotas"
+    label = "Hydrant, quota calls through the loop"
 
     def env(self) -> dict[str, str]:
-        return {**super().env(), "HYDRANT_QUOTA_INLINE_MS": "1"}
+        return {**super().env(), "HYDRANT_QUOTA_INLINE_MS": "0"}
 
 
 # Every front `--fronts` may name, in the order they start and the tables list them
-FRONTS = (ByteRelay, LitellmProxy, HydrantHandlers, HydrantInlineQuotas, HydrantUpstream)
+FRONTS = (ByteRelay, LitellmProxy, HydrantHandlers, HydrantLoopQuotas, HydrantUpstream)
 ORDER = ("vllm", *(front.kind for front in FRONTS))
 
 
@@ -560,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fronts",
         default="relay,litellm,upstream",
         help="comma list of fronts: relay, litellm, upstream, handlers (Hydrant, lean path"
-        " off), inline-quotas (Hydrant, quota scripts called inline)",
+        " off), loop-quotas (Hydrant, quota scripts called through the event loop)",
     )
     parser.add_argument("--py-spy", action="store_true", help="py-spy Hydrant's gateway")
     parser.add_argument(

@@ -161,9 +161,9 @@ class Settings:
     spool_max_bytes: int = 256 * 1024 * 1024
     ledger_commit: LedgerCommitMode = "database"
     redis_failure_mode: FailureMode = "closed"
-    # quota scripts called inline (blocking) while Redis answers within this (median); 0: off
-    # (the default: inline calls serialize a burst's admissions, see the README)
-    quota_inline_ms: float = 0.0
+    # a request's quota admission called inline (blocking) while it is alone in the admission
+    # path and Redis answers within this (median of 16 calls); 0: always through the loop
+    quota_inline_ms: float = 1.0
     log_level: str = "INFO"
     log_format: LogFormat = "json"
     log_file: Path | None = None

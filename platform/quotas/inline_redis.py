@@ -16,7 +16,12 @@ the calls) when the median of 16 passes `ceiling_s` (a median: a call the schedu
 held up now and then is no reason), or at once when a call fails or times out
 (`timeout_s`, short: the loop is held meanwhile); it tries again after `pause_s`. A
 far or busy Redis is thus served through the loop as before. The host is looked up
-through the loop (`resolve`), never inline.
+through the loop (`resolve`), never inline. Only calls a request waits on before its
+first token come here, and only while nobody else would wait on them: the quota store
+asks for an admission inline while its request is alone in the admission path
+(ingest_order.py); in a burst, inline calls made the admissions one after another where
+the loop sends them together, and settlements, which nobody waits for, held the loop for
+nothing.
 
 Plain TCP only (`redis://`): a TLS handshake and records would hold the loop longer
 than they save, so `rediss://` stays on the async client.

@@ -234,11 +234,14 @@ async def test_the_setting_picks_inline_calls_and_0_or_tls_never_blocks() -> Non
         made.append(inner)
         return inner._scripts
 
-    default = scripts(HYDRANT_REDIS_URL="redis://127.0.0.1:6379/0")  # off (bursts: README)
-    assert default is not None and default.inline is None
-    on = scripts(HYDRANT_REDIS_URL="redis://127.0.0.1:6379/0", HYDRANT_QUOTA_INLINE_MS="1")
-    assert on is not None and on.inline is not None
-    assert on.inline.ceiling_s == pytest.approx(0.001)
+    default = scripts(HYDRANT_REDIS_URL="redis://127.0.0.1:6379/0")
+    assert default is not None and default.inline is not None
+    assert default.inline.ceiling_s == pytest.approx(0.001)
+    off = scripts(HYDRANT_REDIS_URL="redis://127.0.0.1:6379/0", HYDRANT_QUOTA_INLINE_MS="0")
+    assert off is not None and off.inline is None
+    wider = scripts(HYDRANT_REDIS_URL="redis://127.0.0.1:6379/0", HYDRANT_QUOTA_INLINE_MS="2.5")
+    assert wider is not None and wider.inline is not None
+    assert wider.inline.ceiling_s == pytest.approx(0.0025)
     tls = scripts(HYDRANT_REDIS_URL="rediss://cache.internal:6380/0")
     assert tls is not None and tls.inline is None
     with pytest.raises(ConfigurationError, match="HYDRANT_QUOTA_INLINE_MS"):
