@@ -44,8 +44,9 @@ once, each at half the rate with half the prompts (`--num-prompts`), one to vLLM
 through the front (the seeds swap arms every round). Both arms meet the same vLLM batch and
 the same host at the same moment, so their difference is what the front adds, where
 sequential runs differ by what the host did meanwhile. The fronts take turns to go first
-at each rate, round by round: the front that runs second lost about 1.5 ms of TTFT to the
-one before it, whichever it was (10/s, both orders, 3 rounds each). The table gives each
+at each rate, round by round: in session 50 the front run second lost about 1.5 ms of TTFT
+to the one before it, whichever it was (10/s, both orders, 3 rounds each; session 51's
+runs, 4 and 3 rounds, showed no such effect), so no front is always second. The table gives each
 arm's figures and what the front adds, with each request through it matched to the direct one sent
 nearest in time (bench/paired.py: medians and quartiles over every round's matches). What
 it cannot show: vLLM's own view per arm (its histograms hold both), and the direct arm's
@@ -496,8 +497,8 @@ def measure_rates(
             progress(f"round {round_no + 1} of {args.rounds}")
         for rate in rates:
             if args.paired:
-                # Each round starts with another front: the second to run beside direct at a
-                # rate added 1.5 ms more TTFT at 10/s than the first, whichever front it was.
+                # Each round starts with another front: once, the second to run beside direct
+                # at a rate added 1.5 ms more TTFT at 10/s than the first (see the docstring).
                 turn = round_no % (len(fronts) - 1)
                 for server in fronts[1 + turn :] + fronts[1 : 1 + turn]:
                     got.pairs.append(measure_paired(opts, vllm, server, rate, round_no, args))
