@@ -160,6 +160,12 @@ def metric(server: RunningServer, name: str, labels: str = 'model="demo"') -> fl
     return 0.0
 
 
+def retry_lines(server: RunningServer) -> list[str]:
+    """The gateway's dispatch retries, by reason (what a failure message should show)."""
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    return [line for line in text.splitlines() if line.startswith("hydrant_dispatch_retries_total")]
+
+
 @dataclass
 class StreamResult:
     """What one streamed request showed its client."""
