@@ -23,9 +23,12 @@ LINES = [
     chat_line(f"q{i}", f"Write about the number {i}", max_tokens=64, ignore_eos=True)
     for i in range(16)
 ]
-# The cancel test's batch must still be running when its cancel lands, however fast the
-# engine: more and longer lines than a runner gets through between two polls.
-CANCEL_LINES = [
+# The cancel and expiry tests' batches must still be running when the stop lands, however
+# fast the engine: more and longer lines than a runner gets through between two polls (the
+# runner notices a cancel or the window's end once a second, `runner.WATCH_EVERY_S`; on a
+# fast host the 16 short lines above all ran in that time, and the expiry test's batch
+# completed instead of expiring).
+LONG_LINES = [
     chat_line(f"c{i}", f"Write about the number {i}", max_tokens=128, ignore_eos=True)
     for i in range(48)
 ]
@@ -59,7 +62,7 @@ async def test_cancel_stops_the_batch_and_bills_only_what_was_served(
 ) -> None:
     async with gateway(data_dir, demo_model_dir, batch_lane_slots=2) as gw:
         _, key = await gw.tenant("acme")
-        batch = (await gw.create(key, jsonl(CANCEL_LINES))).json()
+        batch = (await gw.create(key, jsonl(LONG_LINES))).json()
         await _when_completed(gw, key, batch["id"], 2)
         cancelling = await gw.client.post(f"/v1/batches/{batch['id']}/cancel", headers=gw.auth(key))
         assert cancelling.status_code == 200
@@ -68,12 +71,12 @@ async def test_cancel_stops_the_batch_and_bills_only_what_was_served(
         assert done["status"] == "cancelled" and done["cancelled_at"] is not None
         served = await gw.content(key, done["output_file_id"])
         counts = done["request_counts"]
-        assert 2 <= counts["completed"] == len(served) < len(CANCEL_LINES)
+        assert 2 <= counts["completed"] == len(served) < len(LONG_LINES)
         entries = await gw.ledger(batch_id=batch["id"])
         assert sorted(e.request_id for e in entries) == sorted(o["id"] for o in served)
         unrun = await gw.content(key, done["error_file_id"])
         assert {o["custom_id"] for o in unrun} | {o["custom_id"] for o in served} == {
-            line["custom_id"] for line in CANCEL_LINES
+            line["custom_id"] for line in LONG_LINES
         }
         assert all(o["error"]["code"] == "batch_cancelled" for o in unrun)
         again = await gw.client.post(f"/v1/batches/{batch['id']}/cancel", headers=gw.auth(key))
@@ -141,16 +144,16 @@ async def test_a_batch_past_its_window_expires_with_its_finished_lines(
 ) -> None:
     async with gateway(data_dir, demo_model_dir, batch_lane_slots=1) as gw:
         _, key = await gw.tenant("acme")
-        batch = (await gw.create(key, jsonl(LINES))).json()
+        batch = (await gw.create(key, jsonl(LONG_LINES))).json()
         await _when_completed(gw, key, batch["id"], 1)
         await _set_batch(gw, batch["id"], expires_at=utcnow() - timedelta(seconds=1))
         done = await gw.wait(key, batch["id"], timeout_s=60)
         assert done["status"] == "expired" and done["expired_at"] is not None
         served = await gw.content(key, done["output_file_id"])
-        assert 1 <= len(served) < len(LINES)
+        assert 1 <= len(served) < len(LONG_LINES)
         unrun = await gw.content(key, done["error_file_id"])
         assert all(o["error"]["code"] == "batch_expired" for o in unrun)
-        assert len(served) + len(unrun) == len(LINES)
+        assert len(served) + len(unrun) == len(LONG_LINES)
         entries = await gw.ledger(batch_id=batch["id"])
         assert len(entries) == len(served)
 
