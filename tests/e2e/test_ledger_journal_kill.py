@@ -71,6 +71,13 @@ async def test_journal_replays_exactly_once_after_sigkill(
                 proxy.pause()  # the database is unreachable: entries stay in the journal
                 tally.phase = "down"
                 await until(tally, "down", 8)
+                # The mover notices the outage when its write times out; on a fast host the
+                # 8 requests are served before that (session 52), so the kill waits for its
+                # log line while the load goes on.
+                noticed = "ledger journal cannot reach the database"
+                assert await wait_for(
+                    lambda: noticed in server.log_file.read_text(errors="replace"), 60
+                ), "the journal's mover never noticed the database was cut"
                 tally.phase = "killed"
                 server.process.send_signal(signal.SIGKILL)
                 server.process.wait(timeout=10)
