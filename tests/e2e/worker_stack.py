@@ -152,9 +152,13 @@ def ready_workers(server: RunningServer) -> list[dict[str, Any]]:
     return [w for w in pools(server)["workers"] if w["state"] == "ready" and not w["retired"]]
 
 
+def metrics_lines(server: RunningServer) -> list[str]:
+    """The gateway's `/metrics` scrape, line by line."""
+    return httpx.get(f"{server.base_url}/metrics", timeout=10).text.splitlines()
+
+
 def metric(server: RunningServer, name: str, labels: str = 'model="demo"') -> float:
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    for line in text.splitlines():
+    for line in metrics_lines(server):
         if line.startswith(f"{name}{{{labels}") or line.startswith(f"{name}{{{labels},"):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
@@ -162,8 +166,9 @@ def metric(server: RunningServer, name: str, labels: str = 'model="demo"') -> fl
 
 def retry_lines(server: RunningServer) -> list[str]:
     """The gateway's dispatch retries, by reason (what a failure message should show)."""
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    return [line for line in text.splitlines() if line.startswith("hydrant_dispatch_retries_total")]
+    return [
+        line for line in metrics_lines(server) if line.startswith("hydrant_dispatch_retries_total")
+    ]
 
 
 @dataclass
