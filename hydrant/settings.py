@@ -64,6 +64,9 @@ class UpstreamSpec:
     model: str
     kind: UpstreamKind
     urls: tuple[str, ...]
+    # The members run vLLM's sleep mode (`HYDRANT_UPSTREAM_SLEEP`): put to sleep when idle,
+    # woken by the first request (dispatch.upstream_health, dispatch.pool).
+    sleep: bool = False
 
 
 def parse_pool_backends(text: str) -> dict[str, UpstreamSpec]:
@@ -200,6 +203,11 @@ class Settings:
     upstream_api_key: str | None = field(default=None, repr=False)  # sent as a bearer token
     upstream_api_key_file: Path | None = None  # or read from this file (a mounted secret)
     upstream_health_s: float = 2.0  # each upstream member probed this often
+    # Upstream models whose members sleep when idle (vLLM's sleep mode, level 1), comma separated
+    upstream_sleep: str = ""
+    # Sent on the sleep-mode calls (/sleep, /wake_up, /is_sleeping); unset: the upstream API key
+    upstream_control_key: str | None = field(default=None, repr=False)
+    upstream_control_key_file: Path | None = None  # or read from this file (a mounted secret)
     upstream_max_inflight: int = 256  # requests one member takes before the pool counts it full
     # The usage export (hydrant.platform.usage_export): hourly usage records to a receiver.
     usage_export_url: str | None = None  # None: no export job runs
@@ -258,21 +266,29 @@ class Settings:
 
     def upstream_pools(self) -> dict[str, UpstreamSpec]:
         """The models served by upstream servers (`HYDRANT_POOL_BACKENDS`), by name."""
-        return parse_pool_backends(self.pool_backends)
+        specs = parse_pool_backends(self.pool_backends)
+        sleeping = self.upstream_sleep_models()
+        return {name: replace(spec, sleep=name in sleeping) for name, spec in specs.items()}
+
+    def upstream_sleep_models(self) -> frozenset[str]:
+        """The upstream models whose members sleep when idle (`HYDRANT_UPSTREAM_SLEEP`)."""
+        return frozenset(m.strip() for m in self.upstream_sleep.split(",") if m.strip())
 
     def upstream_key(self) -> str | None:
         """The upstream servers' API key: the setting, else the file's first line."""
-        if self.upstream_api_key:
-            return self.upstream_api_key
-        if self.upstream_api_key_file is None:
-            return None
-        try:
-            return self.upstream_api_key_file.read_text(encoding="utf-8").strip() or None
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot read the upstream API key file ({ENV_PREFIX}UPSTREAM_API_KEY_FILE):"
-                f" {type(exc).__name__}"
-            ) from exc
+        return _secret(self.upstream_api_key, self.upstream_api_key_file, "UPSTREAM_API_KEY")
+
+    def upstream_control_secret(self) -> str | None:
+        """The key of the upstream members' sleep-mode calls: its own, else the API key.
+
+        vLLM leaves those routes unguarded (they exist only in its dev mode); a
+        Hydrant upstream answers them for admin keys only, where the API key is a
+        tenant's: hence a key of their own.
+        """
+        own = _secret(
+            self.upstream_control_key, self.upstream_control_key_file, "UPSTREAM_CONTROL_KEY"
+        )
+        return own or self.upstream_key()
 
     @property
     def demo_model_dir(self) -> Path:
@@ -411,7 +427,29 @@ def load_settings(
             f" tokenizes, so name its tokenizer's directory in {ENV_PREFIX}MODELS"
             f" ({ENV_PREFIX}POOL_BACKENDS)"
         )
+    not_upstream = sorted(settings.upstream_sleep_models() - set(settings.upstream_pools()))
+    if not_upstream:
+        raise ConfigurationError(
+            f"sleep mode is set for {', '.join(not_upstream)}, whose pool is not upstream servers"
+            f" (a Hydrant worker pool sleeps by {ENV_PREFIX}POOL_SCALE_DOWN;"
+            f" {ENV_PREFIX}UPSTREAM_SLEEP)"
+        )
     return settings
+
+
+def _secret(value: str | None, path: Path | None, name: str) -> str | None:
+    """A secret given as a setting, else as the first line of a file (a mounted secret)."""
+    if value:
+        return value
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read the file of {ENV_PREFIX}{name} ({ENV_PREFIX}{name}_FILE):"
+            f" {type(exc).__name__}"
+        ) from exc
 
 
 def _check_retention(settings: Settings) -> None:

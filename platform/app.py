@@ -34,6 +34,7 @@ from hydrant.platform.digests.controllers import (
 )
 from hydrant.platform.digests.deps import provide_digest_service
 from hydrant.platform.dispatch.controllers import PoolAdminController
+from hydrant.platform.dispatch.sleep_mode import SleepModeController
 from hydrant.platform.engines.controllers import EngineAdminController
 from hydrant.platform.files.controllers import MULTIPART_OVERHEAD_BYTES, FilesController
 from hydrant.platform.health.controllers import HealthController
@@ -147,6 +148,8 @@ def controllers(services: Services) -> list[ControllerRouterHandler]:
         handlers.append(EngineAdminController)  # /admin/engines: limits and KV state
         if inference.pools is not None and not inference.pools.embedded:
             handlers.append(PoolAdminController)  # /admin/pools: workers, hot swap
+        if inference.pools is not None:
+            handlers.append(SleepModeController)  # vLLM's /sleep, /wake_up, /is_sleeping
     return handlers
 
 
@@ -180,8 +183,10 @@ def dependencies(services: Services) -> dict[str, Provide]:
     if services.inference is not None:
         deps["inference"] = _constant(services.inference.api)
         deps["batches"] = _constant(services.inference.batches)
-        if services.inference.pools is not None and not services.inference.pools.embedded:
-            deps["pools"] = _constant(services.inference.pools)
+        if services.inference.pools is not None:
+            deps["engine_pools"] = _constant(services.inference.pools)  # embedded ones too
+            if not services.inference.pools.embedded:
+                deps["pools"] = _constant(services.inference.pools)
     return deps
 
 

@@ -27,7 +27,8 @@ def models_list(cli: CliContext) -> None:
 
     The last column is the pool's kind: `hydrant` (Hydrant's engines) or, for a model in
     HYDRANT_POOL_BACKENDS, the upstream kind and its servers (its directory then needs
-    only the tokenizer: the gateway counts tokens, the upstream runs the weights). A hub
+    only the tokenizer: the gateway counts tokens, the upstream runs the weights), marked
+    `(sleeps when idle)` where HYDRANT_UPSTREAM_SLEEP names it. A hub
     quantized checkpoint's format follows its architecture, e.g. `(gptq int4 g128)`.
     """
     from hydrant.platform.models.checkpoints import inspect_checkpoint
@@ -41,6 +42,8 @@ def models_list(cli: CliContext) -> None:
             has_tokenizer = (spec.path / "tokenizer.json").is_file()
             state = "ok" if has_tokenizer else "NOT SERVABLE: no tokenizer.json"
             served_by = f"{backend.kind}:{','.join(backend.urls)}"
+            if backend.sleep:
+                served_by += " (sleeps when idle)"
         else:
             state = "ok" if info.loadable else "NOT SERVABLE: " + "; ".join(info.problems)
             served_by = "hydrant"

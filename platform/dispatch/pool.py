@@ -41,7 +41,13 @@ TOLD_STATE_S = 30.0
 
 class MemberHttp(Protocol):
     """How a pool talks to its members: `WorkerHttp` (Hydrant workers) or `UpstreamHttp`
-    (OpenAI-compatible servers); dispatch is the same code for both."""
+    (OpenAI-compatible servers); dispatch is the same code for both.
+
+    `sleep_path` and `wake_path`: the control calls of sleep mode (a worker's `/sleep` and
+    `/wake`, vLLM's `/sleep?level=1` and `/wake_up`)."""
+
+    sleep_path: str
+    wake_path: str
 
     def generate(
         self, address: str, request: GenerateRequest
@@ -97,6 +103,18 @@ class WorkerSlot:
         )
 
 
+def _seen_since(slot: WorkerSlot) -> float:
+    """What a record predating a state change we are about to make carries (`_tell`).
+
+    A worker stamps `state_since` itself when its state changes. An upstream
+    member's record is written by health checks, stamped when a probe saw the
+    change, which may be after we read the record: a probe that saw the member
+    asleep just before our wake would pass for news. Any stamp from before the
+    change (this gateway's wall clock; the probes run in gateways too) is stale.
+    """
+    return slot.record.state_since if slot.record.kind == "hydrant" else time.time()
+
+
 @dataclass
 class WorkerPool:
     spec: PoolSpec
@@ -122,6 +140,7 @@ class WorkerPool:
         self._wake_started: float | None = None
         self.last_used = self.clock()
         self._scaled_down_at: float | None = None
+        self._sleep_refused_until = 0.0  # a worker refused to sleep: the idle loop waits
         self._scaled_out_at: float | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.metrics.wakes.labels(self.model)  # exported as 0 before the first wake
@@ -297,6 +316,12 @@ class WorkerPool:
         try:
             while True:
                 ready = [s for s in self.ready() if s.worker_id not in exclude]
+                if self.synced and not self.ready() and self._wakes():
+                    # Members asleep, or none (a workload at zero) where this gateway wakes
+                    # or scales them: the first waiter wakes them, and a wake may take
+                    # longer than the queue's own patience.
+                    self._start_wake()
+                    deadline = max(deadline, self.last_used + self.options.wake_timeout_s)
                 if fair.is_next(ticket):
                     room = [s for s in ready if fair.fits(s.inflight, s.inflight_tokens, tokens)]
                     picked = choose([s.candidate() for s in room], key)
@@ -369,6 +394,15 @@ class WorkerPool:
 
     # ---- wake from zero ---------------------------------------------------------------------
 
+    def _wakes(self) -> bool:
+        """Whether a request that finds no member wakes the pool: a pool that scales
+        or sleeps (an upstream pool at a fixed size just has none up)."""
+        return (
+            self.kind == "hydrant"
+            or self.options.idle_timeout_s > 0
+            or any(s.record.state == "sleeping" for s in self.workers.values())
+        )
+
     def _start_wake(self) -> None:
         if self._wake is not None and not self._wake.done():
             return
@@ -411,10 +445,13 @@ class WorkerPool:
             await asyncio.sleep(1.0)  # a failing scaler is not hammered by every waiter
 
     async def _wake_worker(self, slot: WorkerSlot) -> bool:
-        seen_since = slot.record.state_since
+        seen_since = _seen_since(slot)
         try:
             await self.http.call(
-                slot.record.address, "POST", "/wake", timeout_s=self.options.wake_timeout_s
+                slot.record.address,
+                "POST",
+                self.http.wake_path,
+                timeout_s=self.options.wake_timeout_s,
             )
         except WorkerUnavailable as exc:
             log.warning("worker did not wake", extra={"model": self.model, "error": exc.message})
@@ -434,6 +471,8 @@ class WorkerPool:
         timeout = self.options.idle_timeout_s
         if timeout <= 0 or self.swapping or (self._wake is not None and not self._wake.done()):
             return False
+        if self.clock() < self._sleep_refused_until:
+            return False
         ready = self.ready()
         # This gateway's idleness, then every gateway's (another one's requests keep a
         # worker busy): the second is the same check the reaper job makes.
@@ -445,20 +484,41 @@ class WorkerPool:
             "pool idle: scaling to zero",
             extra={"model": self.model, "mode": self.options.scale_down},
         )
-        if self.options.scale_down != "sleep":
+        await self._scale_down(ready, self.options.scale_down)
+        return True
+
+    async def sleep(self) -> int:
+        """Put every ready worker to sleep now, idle or not (an admin's `POST /sleep`);
+        how many went. Requests in flight finish first (a worker's sleep drains)."""
+        if self.swapping:
+            raise Conflict(f"a swap of `{self.model}` is running", code="swap_in_progress")
+        ready = self.ready()
+        return len(await self._scale_down(ready, "sleep")) if ready else 0
+
+    async def wake(self) -> bool:
+        """Wake the pool now (an admin's `POST /wake_up`) and wait, bounded by the wake
+        timeout, until a worker serves; whether one does."""
+        if not self.ready():
+            self._start_wake()
+            if self._wake is not None:
+                await asyncio.shield(self._wake)
+        return bool(self.ready())
+
+    async def _scale_down(self, ready: list[WorkerSlot], mode: str) -> list[str]:
+        if mode != "sleep":
             for slot in ready:
                 slot.retired = True
-        seen_since = {s.worker_id: s.record.state_since for s in ready}
-        gone = await scale_down(
-            self.spec, [s.record for s in ready], self.options.scale_down, self.http, self.scaler
-        )
-        if self.options.scale_down == "sleep":
+        seen_since = {s.worker_id: _seen_since(s) for s in ready}
+        gone = await scale_down(self.spec, [s.record for s in ready], mode, self.http, self.scaler)
+        if mode == "sleep":
             for slot in ready:
                 if slot.worker_id in gone:
                     self._tell(slot, "sleeping", seen_since[slot.worker_id])
+            if len(gone) < len(ready):  # refused (no sleep mode there?): not asked every second
+                self._sleep_refused_until = self.clock() + SCALE_OUT_INTERVAL_S
         self._scaled_down_at = self.clock()
         self._notify()
-        return True
+        return gone
 
     # ---- hot swap ---------------------------------------------------------------------------
 

@@ -10,7 +10,10 @@ pool already asleep has no ready worker left to act on.
 
 Upstream pools (vLLM) are left to their own deployment unless an
 `upstream` scaler is given (the kubernetes scaler): then an idle one has its
-workload scaled to zero, as the gateway that serves it would.
+workload scaled to zero, as the gateway that serves it would; except those
+whose members sleep (`HYDRANT_UPSTREAM_SLEEP`): their gateways put them to
+sleep, and the workload stays up so that a wake takes seconds, not a pod's
+start.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ async def reap_idle_pools(
     mode: str,
     now: float | None = None,
     upstream: Scaler | None = None,
+    sleeping_upstreams: frozenset[str] = frozenset(),
 ) -> list[Reaped]:
     """Scale down every registered pool idle past `idle_timeout_s`; what it scaled down."""
     if idle_timeout_s <= 0:
@@ -51,7 +55,12 @@ async def reap_idle_pools(
         ready = [r for r in await directory.workers(model) if r.state == "ready"]
         members = [r for r in ready if r.kind != "hydrant"]
         ready = [r for r in ready if r.kind == "hydrant"]
-        if members and upstream is not None and idle_past(members, idle_timeout_s, moment):
+        if (
+            members
+            and upstream is not None
+            and model not in sleeping_upstreams
+            and idle_past(members, idle_timeout_s, moment)
+        ):
             # an upstream pool: its workload to zero (vLLM has no Hydrant sleep)
             spec = PoolSpec(model=model, path=members[0].path)
             log.info("reaper: upstream pool idle, scaling to zero", extra={"model": model})

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 
 class ControlCalls(Protocol):
+    sleep_path: str  # `/sleep` (a worker), `/sleep?level=1` (vLLM)
+
     async def call(
         self, address: str, method: str, path: str, body: object = None, timeout_s: float = 30.0
     ) -> object: ...
@@ -59,14 +61,16 @@ async def scale_down(
     processes stopped) and also asks each worker to drain and exit, which
     covers workers the scaler does not own (started by another gateway or an
     operator): the drain is the same one SIGTERM starts, so asking twice is
-    harmless. An upstream member (vLLM) is never called: it has no `/drain` (the
-    workload's SIGTERM is its graceful stop) and must not see the worker secret.
+    harmless. An upstream member (vLLM) is never called on exit: it has no
+    `/drain` (the workload's SIGTERM is its graceful stop) and must not see the
+    worker secret; it sleeps through its own client (`UpstreamHttp`), with the
+    upstream's control key.
     """
     gone: list[str] = []
     if mode == "sleep":
         for record in ready:
             try:
-                await http.call(record.address, "POST", "/sleep", timeout_s=60.0)
+                await http.call(record.address, "POST", http.sleep_path, timeout_s=60.0)
                 gone.append(record.worker_id)
             except WorkerUnavailable as exc:  # busy again, or away: the next check decides
                 log.warning(

@@ -66,7 +66,7 @@ def _kubernetes_scaler(settings: Settings) -> KubernetesScaler:
     )
 
 
-def upstream_scaling(settings: Settings) -> tuple[Scaler, PoolOptions]:
+def upstream_scaling(settings: Settings, sleep: bool = False) -> tuple[Scaler, PoolOptions]:
     """How an upstream pool scales: by KEDA or its operator, or from zero by this gateway.
 
     Without the kubernetes scaler the gateway scales nothing (KEDA's ScaledObject
@@ -74,15 +74,26 @@ def upstream_scaling(settings: Settings) -> tuple[Scaler, PoolOptions]:
     it, a request that finds no member scales the workload (a Deployment, or a
     LeaderWorkerSet: one replica is a whole group) to 1 and waits, bounded by the
     wake timeout, for the health checks to register it; after the idle timeout
-    the workload goes back to 0 (`exit`: vLLM has no Hydrant sleep). Never beyond
-    1: a Service is one member to the pool whatever runs behind it, so more
-    replicas are KEDA's or an HPA's to decide.
+    the workload goes back to 0 (`exit`). Never beyond 1: a Service is one member
+    to the pool whatever runs behind it, so more replicas are KEDA's or an HPA's
+    to decide.
+
+    `sleep` (`HYDRANT_UPSTREAM_SLEEP`): the members run vLLM's sleep mode, so an idle
+    pool sleeps (`POST /sleep?level=1`: weights to host memory, the device's memory
+    freed) and the first request wakes it (`POST /wake_up`), seconds where a pod
+    from zero takes minutes; the workload is still scaled from zero when no member
+    is up at all, where the kubernetes scaler is on.
     """
     options = replace(pool_options(settings), start_workers=0)
-    if settings.pool_scaler != "kubernetes":
-        return NoScaler(), replace(options, idle_timeout_s=0.0)
-    scaler = _kubernetes_scaler(settings).for_upstream(settings.k8s_upstream_workload)
-    return scaler, replace(options, max_workers=1, scale_down="exit")
+    scaler: Scaler = NoScaler()
+    if settings.pool_scaler == "kubernetes":
+        scaler = _kubernetes_scaler(settings).for_upstream(settings.k8s_upstream_workload)
+        options = replace(options, max_workers=1, scale_down="exit")
+    elif not sleep:
+        options = replace(options, idle_timeout_s=0.0)
+    if sleep:
+        options = replace(options, scale_down="sleep")
+    return scaler, options
 
 
 def make_scaler(settings: Settings) -> Scaler:
@@ -422,7 +433,12 @@ def upstream_pool(
     to those that pass its health checks.
     """
     backend = settings.upstream_pools()[model]
-    http = UpstreamHttp(model, api_key, manager.metrics)
+    http = UpstreamHttp(
+        model,
+        api_key,
+        manager.metrics,
+        control_key=settings.upstream_control_secret() if backend.sleep else None,
+    )
     if not isinstance(manager.directory, WorkerDirectory):
         raise ConfigurationError("upstream pools need the Redis worker registry")
     manager.monitors.append(
@@ -441,7 +457,7 @@ def upstream_pool(
             ),
         )
     )
-    scaler, options = upstream_scaling(settings)
+    scaler, options = upstream_scaling(settings, sleep=backend.sleep)
     if settings.upstream_max_inflight_tokens < 0 or settings.upstream_queue_timeout_s <= 0:
         raise ConfigurationError(
             "HYDRANT_UPSTREAM_MAX_INFLIGHT_TOKENS must be 0 (no bound) or more, and"

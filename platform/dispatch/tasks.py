@@ -36,6 +36,7 @@ async def reap_pools(ctx: JobContext) -> dict[str, Any]:
             settings.pool_idle_timeout_s,
             settings.pool_scale_down,
             upstream=upstream,
+            sleeping_upstreams=settings.upstream_sleep_models(),
         )
     finally:
         await scaler.close()

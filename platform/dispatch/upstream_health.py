@@ -18,6 +18,13 @@ it drains a worker: no new requests, those in flight finish. A worker drains
 itself and publishes `draining`; an upstream server cannot, so the drain is a
 mark in Redis (`DrainMarks`) that every gateway's monitor reads each round and
 publishes the member's record as `draining` while it stands.
+
+Where the pool sleeps (`HYDRANT_UPSTREAM_SLEEP`: vLLM's sleep mode), a
+sleeping vLLM still passes `/health` and lists the model, so each round also
+asks `/is_sleeping`: a sleeping member is published `sleeping`, kept in the
+pool, and the first request wakes it (`WorkerPool._wake_up`) instead of
+finding no member. A member that does not answer it (vLLM without
+`VLLM_SERVER_DEV_MODE=1`) is published `ready` and the change logged.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hydrant.engine.protocol import EngineStats
 from hydrant.engine.worker.registration import RegistryStore
-from hydrant.engine.worker.wire import WorkerRecord
+from hydrant.engine.worker.wire import WorkerRecord, WorkerState
 from hydrant.platform.dispatch.upstream_http import UpstreamHttp
 from hydrant.settings import UpstreamSpec
 
@@ -51,34 +58,60 @@ def member_id(kind: str, url: str) -> str:
     return f"{kind}-{hashlib.blake2b(url.encode(), digest_size=6).hexdigest()}"
 
 
-_LOAD = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-_LOAD_PREFIX = "vllm:"
+# The load gauges of a member's `/metrics`: vLLM's (label `model_name`), or a Hydrant
+# upstream's engine gauges (label `model`), in the order running, waiting, KV usage.
+_LOADS = {
+    "vllm:": (
+        ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
+        "model_name",
+    ),
+    "hydrant_": (
+        (
+            "hydrant_num_requests_running",
+            "hydrant_num_requests_waiting",
+            "hydrant_kv_cache_usage_perc",
+        ),
+        "model",
+    ),
+}
 
 
 def stats_of(metrics_text: str, model: str) -> EngineStats | None:
-    """The load vLLM's `/metrics` reports for `model` (None when it reports none)."""
-    values: dict[str, float] = {}
-    # Only the three gauges' lines are parsed: the whole text (histograms included) is ~50 kB,
-    # ~13 ms of the gateway's event loop every probe where these few lines take well under 1.
-    lines = [
-        line
-        for line in metrics_text.splitlines()
-        if line.startswith(_LOAD_PREFIX) and line.partition("{")[0].partition(" ")[0] in _LOAD
-    ]
-    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
-        for sample in family.samples:
-            if sample.labels.get("model_name", model) == model:
-                values[family.name] = values.get(family.name, 0.0) + sample.value
-    if "vllm:num_requests_running" not in values:
+    """The load a member's `/metrics` reports for `model` (None when it reports none)."""
+    for prefix, (names, label) in _LOADS.items():
+        values = _gauges(metrics_text, prefix, names, label, model)
+        if names[0] in values:
+            break
+    else:
         return None
+    running, waiting, kv_usage = names
     return EngineStats(
-        num_running=int(values["vllm:num_requests_running"]),
-        num_waiting=int(values.get("vllm:num_requests_waiting", 0)),
-        kv_usage=values.get("vllm:kv_cache_usage_perc", 0.0),
+        num_running=int(values[running]),
+        num_waiting=int(values.get(waiting, 0)),
+        kv_usage=values.get(kv_usage, 0.0),
         num_free_blocks=0,
         num_total_blocks=0,
         prefix_cache_hit_rate=0.0,
     )
+
+
+def _gauges(
+    metrics_text: str, prefix: str, names: tuple[str, ...], label: str, model: str
+) -> dict[str, float]:
+    """The gauges `names` for `model`, summed over their other labels."""
+    values: dict[str, float] = {}
+    # Only the gauges' lines are parsed: the whole text (histograms included) is ~50 kB,
+    # ~13 ms of the gateway's event loop every probe where these few lines take well under 1.
+    lines = [
+        line
+        for line in metrics_text.splitlines()
+        if line.startswith(prefix) and line.partition("{")[0].partition(" ")[0] in names
+    ]
+    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
+        for sample in family.samples:
+            if sample.labels.get(label, model) == model:
+                values[family.name] = values.get(family.name, 0.0) + sample.value
+    return values
 
 
 def served_entry(models_body: Any, model: str) -> dict[str, Any] | None:
@@ -128,6 +161,9 @@ class UpstreamMonitor:
     _first_seen: dict[str, float] = field(default_factory=dict)
     _healthy: dict[str, bool] = field(default_factory=dict)
     _busy_at: dict[str, float] = field(default_factory=dict)
+    # The state each member was last published in, and since when (a record's `state_since`)
+    _states: dict[str, tuple[WorkerState, float]] = field(default_factory=dict)
+    _says_sleep: dict[str, bool] = field(default_factory=dict)  # answers `/is_sleeping`
 
     async def _serving(self, url: str) -> tuple[dict[str, Any], EngineStats | None] | str:
         """The member's `/v1/models` entry and load when it serves the model, else why not."""
@@ -162,21 +198,27 @@ class UpstreamMonitor:
             self._healthy[url] = False
             self._first_seen.pop(url, None)
             self._busy_at.pop(url, None)
+            self._states.pop(url, None)
             return None
         entry, stats = serving
-        now = time.time()
+        now = time.time()  # before the sleep probe: a state seen then is no newer than this
+        state = await self._sleep_state(url)
         if not self._healthy.get(url):
             log.info("upstream member up", extra={"model": self.spec.model, "address": url})
         self._healthy[url] = True
         started = self._first_seen.setdefault(url, now)
         if stats is None or stats.num_running + stats.num_waiting > 0:
             self._busy_at[url] = now  # unknown load counts as busy: never idled on a guess
+        last = self._states.get(url)
+        since = last[1] if last is not None and last[0] == state else now
+        self._states[url] = (state, since)
         return WorkerRecord(
             worker_id=member_id(self.spec.kind, url),
             model=self.spec.model,
             address=url,
             device=UPSTREAM_DEVICE,
-            state="ready",
+            state=state,
+            state_since=since,
             path=str(entry.get("root") or url),
             kind=self.spec.kind,
             capacity=self.capacity,
@@ -188,6 +230,23 @@ class UpstreamMonitor:
             # idle time a scale to zero waits on (scale_down.idle_past), like a worker's
             idle_since=self._busy_at.get(url, started),
         )
+
+    async def _sleep_state(self, url: str) -> WorkerState:
+        """`sleeping` when the member says so (pools that sleep only), else `ready`."""
+        if not self.spec.sleep:
+            return "ready"
+        sleeping = await self.http.is_sleeping(url, self.probe_timeout_s)
+        says = sleeping is not None
+        if self._says_sleep.get(url) != says:
+            (log.info if says else log.warning)(
+                "upstream member answers /is_sleeping"
+                if says
+                else "upstream member does not answer /is_sleeping: its sleep is not seen"
+                " (vLLM needs VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode)",
+                extra={"model": self.spec.model, "address": url},
+            )
+            self._says_sleep[url] = says
+        return "sleeping" if sleeping else "ready"
 
     async def check(self) -> None:
         """One round: every member probed at once, its record written or removed."""

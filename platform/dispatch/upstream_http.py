@@ -15,6 +15,9 @@ engine wherever they share cores. A connection that carried a whole answer
 is kept for the next request (no TCP or TLS handshake each time; httpx closed
 them, the response's last chunk being unread at `[DONE]`); one left
 mid-stream is closed. Health probes stay on httpx.
+Of control calls a member takes only sleep mode's (vLLM's `/sleep?level=1`,
+`/wake_up`, `/is_sleeping`, where its pool sleeps: `HYDRANT_UPSTREAM_SLEEP`),
+sent with the control key; never a worker's `/drain` or the worker secret.
 Billing uses the gateway's own counts (the prompt it sent, the token ids it
 received); the upstream's `usage` is checked against them, and a mismatch is
 logged (ids and counts, never text) and counted in a metric.
@@ -54,12 +57,27 @@ log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder()
 
 
+# Level 1: weights to host memory, KV cache dropped; `wait`: requests in flight finish first
+# (vLLM's default, `abort`, would end a request that came in as the idle check decided).
+SLEEP_PATH = "/sleep?level=1&mode=wait"
+WAKE_PATH = "/wake_up"
+SLEEPING_PATH = "/is_sleeping"
+
+
 class UpstreamHttp:
     """Streams completions from the members of one model's upstream pool.
 
     `read_timeout_s`: the longest a member may stay silent on a stream (an
     OpenAI server sends nothing while a request queues or prefills).
+    `control_key`: sent on sleep mode's calls (None: the API key's headers).
+
+    Sleep is level 1 only: level 2 drops the weights too, and vLLM then
+    serves garbage until its caller reloads them (`/collective_rpc`), a step
+    for RL weight updates, not for serving.
     """
+
+    sleep_path = SLEEP_PATH
+    wake_path = WAKE_PATH
 
     def __init__(
         self,
@@ -67,10 +85,14 @@ class UpstreamHttp:
         api_key: str | None,
         metrics: PoolMetrics,
         read_timeout_s: float = 600.0,
+        control_key: str | None = None,
     ) -> None:
         self.model = model
         self.metrics = metrics
         self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self.control_headers = (
+            {"authorization": f"Bearer {control_key}"} if control_key else self.headers
+        )
         self._streams = StreamClient(
             "/v1/completions",
             {"content-type": "application/json", "accept": "text/event-stream", **self.headers},
@@ -125,8 +147,9 @@ class UpstreamHttp:
                     if chunk is not None:
                         for delta in chunk.choices:
                             got = len(delta.token_ids)
-                            counted[delta.index] = counted.get(delta.index, 0) + got
-                            cost.grow(request.request_id, got)
+                            if got:
+                                counted[delta.index] = counted.get(delta.index, 0) + got
+                                cost.grow(request.request_id, got)
                         yield chunk
             if usage is None:
                 raise WorkerUnavailable("lost", "the upstream's stream ended without its usage")
@@ -192,8 +215,42 @@ class UpstreamHttp:
     async def call(
         self, address: str, method: str, path: str, body: Any = None, timeout_s: float = 30.0
     ) -> Any:
-        """Control calls (`/wake`, `/drain`) are Hydrant workers'; an upstream takes none."""
-        raise WorkerUnavailable("failed", f"an upstream member takes no {path} call")
+        """Sleep mode's calls (`sleep_path`, `wake_path`); a worker's others (`/drain`,
+        `/stats`) an upstream does not take. vLLM answers both when done (a wake
+        with the weights back in device memory)."""
+        if method != "POST" or path not in (SLEEP_PATH, WAKE_PATH):
+            raise WorkerUnavailable("failed", f"an upstream member takes no {path} call")
+        try:
+            response = await self._client.post(
+                f"{address}{path}", headers=self.control_headers, timeout=timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise WorkerUnavailable(
+                "connect", f"cannot reach the upstream: {type(exc).__name__}"
+            ) from exc
+        if response.status_code in (401, 403):
+            raise WorkerUnavailable(
+                "unauthorized", f"the upstream refused the control key ({path})"
+            )
+        if response.status_code >= 300:
+            message, _ = error_message(response.content)
+            raise WorkerUnavailable(
+                "failed", f"upstream answered HTTP {response.status_code} to {path}: {message}"
+            )
+        return None
+
+    async def is_sleeping(self, url: str, timeout_s: float) -> bool | None:
+        """Whether the member sleeps (vLLM's `/is_sleeping`); None: it does not say (no
+        sleep mode there, or not in vLLM's dev mode, or the control key refused)."""
+        try:
+            response = await self._client.get(
+                f"{url}{SLEEPING_PATH}", headers=self.control_headers, timeout=timeout_s
+            )
+            answer = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        sleeping = answer.get("is_sleeping") if isinstance(answer, dict) else None
+        return sleeping if isinstance(sleeping, bool) else None
 
     async def abort(self, address: str, request_id: str) -> None:
         """Nothing to send: closing the request's stream (dispatch does) aborts it upstream."""

@@ -68,6 +68,10 @@ class WorkerHttp:
     (tried on another worker, and the worker is not marked unreachable).
     """
 
+    # The control calls that put a worker to sleep and wake it (`MemberHttp`'s paths).
+    sleep_path = "/sleep"
+    wake_path = "/wake"
+
     def __init__(
         self,
         secret: str,

@@ -1,4 +1,6 @@
-"""`/healthz` (the process answers) and `/readyz` (it can serve)."""
+"""`/healthz` (the process answers) and `/readyz` (it can serve); `/health` is `/readyz`
+under vLLM's name, what a gateway fronting this server as an upstream pool member probes
+(dispatch.upstream_health), as it probes a vLLM."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ class HealthController(Controller):
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @get("/readyz")
+    @get(["/readyz", "/health"])
     async def readyz(
         self,
         database: NamedDependency[Database],

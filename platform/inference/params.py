@@ -306,7 +306,7 @@ def sampling_for(
         min_tokens=fields.min_tokens or 0,
         temperature=1.0 if fields.temperature is None else fields.temperature,
         top_p=1.0 if fields.top_p is None else fields.top_p,
-        top_k=fields.top_k or 0,
+        top_k=0 if fields.top_k in (None, -1) else fields.top_k,  # vLLM's -1: off, as 0
         min_p=fields.min_p or 0.0,
         repetition_penalty=fields.repetition_penalty or 1.0,
         presence_penalty=fields.presence_penalty or 0.0,

@@ -93,6 +93,10 @@ class CompletionRequest(SamplingFields, kw_only=True):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
+    # vLLM's: the token ids of the prompt and the output in the answer, and logprobs'
+    # tokens as `token_id:N` (what a gateway fronting this server as an upstream asks).
+    return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
 
 
 def decode_body(raw: bytes, kind: type[T]) -> T:
@@ -230,11 +234,15 @@ class CompletionLogprobs(msgspec.Struct, kw_only=True):
     text_offset: list[int]
 
 
-class CompletionChoice(msgspec.Struct, kw_only=True):
+class CompletionChoice(msgspec.Struct, kw_only=True, omit_defaults=True):
     index: int
     text: str
     logprobs: CompletionLogprobs | None
     finish_reason: str | None
+    # vLLM's `return_token_ids`: the choice's tokens (a stream: this chunk's), and the
+    # prompt's (a stream: in each choice's first chunk); left out unless asked for.
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 class Completion(msgspec.Struct, kw_only=True):

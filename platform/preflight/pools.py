@@ -62,9 +62,8 @@ async def check_cold_start(
         return CheckResult.skip(name, threshold, NO_POOLS)
     if pool is None:
         return CheckResult.skip(name, threshold, f"no pool serves {s.model}")
-    if pool.get("kind", "hydrant") != "hydrant":
-        why = f"not applicable: an upstream pool ({pool['kind']}) does not scale to zero yet"
-        return CheckResult.skip(name, threshold, why)
+    # An upstream pool too: its members asleep (HYDRANT_UPSTREAM_SLEEP) or its workload at
+    # zero (the kubernetes scaler, KEDA) is a cold start like a worker pool's.
     if _ready_workers(pool) != 0:
         return CheckResult.skip(
             name, threshold, "the pool was warm (a ready worker): let it scale to zero to measure"

@@ -44,6 +44,16 @@ def tenant_client(data_dir: Path, model_dir: Path, tenant: str) -> Iterator[Any]
             yield client
 
 
+def wait_for(predicate: Any, timeout_s: float = 15.0) -> bool:
+    """Whether `predicate()` came true within `timeout_s` (asked every 0.1 s)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -80,6 +90,16 @@ class RunningServer:
                 return tuple(row)
             time.sleep(0.1)
         return None
+
+    def ledger_rows(self, tenant_id: str) -> list[tuple[Any, ...]]:
+        """(request id, status, input and output tokens, device seconds) of a tenant's
+        ledger entries in the embedded SQLite database, oldest first."""
+        with sqlite3.connect(self.data_dir / "hydrant.db") as db:
+            return db.execute(
+                "SELECT request_id, status, input_tokens, output_tokens, device_seconds"
+                " FROM ledger_entries WHERE tenant_id = ? ORDER BY started_at",
+                (tenant_id,),
+            ).fetchall()
 
     def tenant_key(self, name: str, plan: str | None = None) -> tuple[str, str]:
         """Create a tenant and an inference key through the admin API: (tenant id, secret)."""

@@ -8,7 +8,6 @@ gateway; the same token ids sent to vLLM directly give the answers to compare wi
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from hydrant_server import RunningServer, free_port, hydrant_server
+from hydrant_server import RunningServer, free_port, hydrant_server, wait_for
 from vllm_peer import VllmPeer
 from worker_stack import redis_prefix
 
@@ -89,24 +88,6 @@ def direct(vllm: VllmPeer, ids: list[int], max_tokens: int) -> tuple[str, dict[s
     answer.raise_for_status()
     body = answer.json()
     return body["choices"][0]["text"], body["usage"]
-
-
-def ledger_rows(gateway: RunningServer, tenant_id: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(gateway.data_dir / "hydrant.db") as db:
-        return db.execute(
-            "SELECT request_id, status, input_tokens, output_tokens, device_seconds"
-            " FROM ledger_entries WHERE tenant_id = ? ORDER BY started_at",
-            (tenant_id,),
-        ).fetchall()
-
-
-def wait_for(predicate: Any, timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return bool(predicate())
 
 
 def test_admin_pools_list_the_vllm_member_as_an_upstream(
@@ -207,8 +188,8 @@ def test_one_ledger_row_per_200_with_a_device_time_estimate(
                 model="demo", prompt=[PROMPT, PROMPT], max_tokens=4, extra_body=full
             ).id
         )
-    assert wait_for(lambda: len(ledger_rows(gateway, tenant_id)) == 3)
-    rows = ledger_rows(gateway, tenant_id)
+    assert wait_for(lambda: len(gateway.ledger_rows(tenant_id)) == 3)
+    rows = gateway.ledger_rows(tenant_id)
     assert sorted(r[0] for r in rows) == sorted(i.removeprefix("cmpl-") for i in ids)
     assert all(r[1] == "finished" for r in rows)
     assert [r[3] for r in rows] == [8, 8, 8]  # the batch: two prompts of 4
@@ -232,8 +213,8 @@ def assert_aborted_upstream(
     assert vllm.metric("vllm:generation_tokens_total") == generated
     assert generated - generated_before < LONG_OUTPUT
     assert vllm.requests_run_to_end() == finished_before, "the request ran to its end upstream"
-    assert wait_for(lambda: len(ledger_rows(gateway, tenant_id)) == 1)
-    ((_, status, input_tokens, output_tokens, _),) = ledger_rows(gateway, tenant_id)
+    assert wait_for(lambda: len(gateway.ledger_rows(tenant_id)) == 1)
+    ((_, status, input_tokens, output_tokens, _),) = gateway.ledger_rows(tenant_id)
     assert status in ("stopped", "aborted")
     assert input_tokens > 0 and 1 <= output_tokens < LONG_OUTPUT  # billed for what it got
 

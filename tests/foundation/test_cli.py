@@ -191,6 +191,10 @@ def test_models_list_says_what_serves_each_model(tmp_path: Path) -> None:
     rows = {line.split("\t")[0]: line.split("\t") for line in result.output.splitlines()}
     assert rows["demo"][3:] == ["ok", "hydrant"]
     assert rows["big"][3:] == ["ok", "openai:http://vllm-a:8000,http://vllm-b:8000"]
+    env["HYDRANT_UPSTREAM_SLEEP"] = "big"
+    sleepy = CliRunner().invoke(cli, ["models", "list"], env=env)
+    assert sleepy.exit_code == 0, sleepy.output
+    assert sleepy.output.splitlines()[-1].endswith("http://vllm-b:8000 (sleeps when idle)")
 
 
 def test_models_list_names_a_hub_checkpoints_quantization(tmp_path: Path) -> None:

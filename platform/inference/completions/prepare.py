@@ -60,4 +60,8 @@ def prepare_completion(
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
         prompt_field="prompt",
         constraint_field=field,
+        response_fields={
+            "return_token_ids": request.return_token_ids,
+            "tokens_as_ids": request.return_tokens_as_token_ids,
+        },
     )

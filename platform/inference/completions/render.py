@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from hydrant.engine.detokenizer import IncrementalDetokenizer
 from hydrant.engine.protocol import ChoiceDelta, GenerateChunk, TokenLogprob
 from hydrant.engine.tokenizer import Tokenizer
+from hydrant.platform.dispatch.upstream_wire import TOKEN_ID_PREFIX  # the form upstreams read
 from hydrant.platform.inference import schemas as s
 from hydrant.platform.inference.render import (
     ChunkTemplate,
@@ -40,16 +41,23 @@ class _Offsets:
         return offsets
 
 
+def _name(tokenizer: Tokenizer, token_id: int, as_ids: bool) -> str:
+    return f"{TOKEN_ID_PREFIX}{token_id}" if as_ids else token_piece(tokenizer, token_id)[0]
+
+
 def completion_logprobs(
     tokenizer: Tokenizer,
     entries: list[TokenLogprob],
     context: list[int],
     prompt: list[TokenLogprob | None] | None = None,
     offsets: list[int] | None = None,
+    as_ids: bool = False,
 ) -> s.CompletionLogprobs:
     """Legacy logprobs of a choice's tokens, which follow `context` (the prompt). With
     `prompt` (echo), the prompt's own tokens lead, the first one without a score. `offsets`
-    of `entries` are given by a stream, which knows the text already sent."""
+    of `entries` are given by a stream, which knows the text already sent. `as_ids`: tokens
+    named `token_id:N` (vLLM's `return_tokens_as_token_ids`: exact where a piece of a
+    character would be U+FFFD)."""
     tokens: list[str] = []
     scores: list[float | None] = []
     top: list[dict[str, float] | None] = []
@@ -57,15 +65,15 @@ def completion_logprobs(
     base = 0
     if prompt is not None:
         for token_id, entry in zip(context, prompt, strict=False):
-            tokens.append(token_piece(tokenizer, token_id)[0])
+            tokens.append(_name(tokenizer, token_id, as_ids))
             scores.append(None if entry is None else entry.logprob)
-            top.append(None if entry is None else _top(tokenizer, entry))
+            top.append(None if entry is None else _top(tokenizer, entry, as_ids))
         text_offset = _Offsets(tokenizer, [], 0).of(context[: len(tokens)])
         base = len(tokenizer.decode(context))
     for entry in entries:
-        tokens.append(token_piece(tokenizer, entry.token_id)[0])
+        tokens.append(_name(tokenizer, entry.token_id, as_ids))
         scores.append(entry.logprob)
-        top.append(_top(tokenizer, entry))
+        top.append(_top(tokenizer, entry, as_ids))
     if offsets is None:
         offsets = _Offsets(tokenizer, context, base).of([e.token_id for e in entries])
     return s.CompletionLogprobs(
@@ -73,14 +81,19 @@ def completion_logprobs(
     )
 
 
-def _top(tokenizer: Tokenizer, entry: TokenLogprob) -> dict[str, float]:
-    return {token_piece(tokenizer, token_id)[0]: logprob for token_id, logprob in entry.top}
+def _top(tokenizer: Tokenizer, entry: TokenLogprob, as_ids: bool) -> dict[str, float]:
+    return {_name(tokenizer, token_id, as_ids): logprob for token_id, logprob in entry.top}
+
+
+def _asks(generation: Generation, name: str) -> bool:
+    return bool((generation.ctx.prepared.response_fields or {}).get(name))
 
 
 async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Completion:
     acc = await collect(generation)
     prepared = generation.ctx.prepared
     n = prepared.settings.n
+    with_ids, as_ids = _asks(generation, "return_token_ids"), _asks(generation, "tokens_as_ids")
 
     def logprobs() -> list[s.CompletionLogprobs | None]:
         if prepared.settings.logprobs is None:
@@ -91,6 +104,7 @@ async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Com
                 c.logprobs,
                 prepared.prompts[i // n].token_ids,
                 acc.prompt_logprobs[i // n],
+                as_ids=as_ids,
             )
             for i, c in enumerate(acc.choices)
         ]
@@ -108,6 +122,8 @@ async def text_completion(generation: Generation, tokenizer: Tokenizer) -> s.Com
                 text=(prepared.prompts[i // n].echo_text or "") + "".join(c.text),
                 logprobs=rendered[i],
                 finish_reason=c.finish_reason,
+                prompt_token_ids=list(prepared.prompts[i // n].token_ids) if with_ids else None,
+                token_ids=c.token_ids if with_ids else None,
             )
             for i, c in enumerate(acc.choices)
         ],
@@ -124,6 +140,14 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
     scored = prepared.settings.prompt_logprobs is not None  # echo with logprobs
     echoed = prepared.prompts[0].echo_text is not None
     offsets: dict[int, _Offsets] = {}  # per choice, over the tokens streamed so far
+    with_ids, as_ids = _asks(generation, "return_token_ids"), _asks(generation, "tokens_as_ids")
+    started: set[int] = set()  # choices whose first chunk went (it carries the prompt's ids)
+
+    def prompt_ids(index: int) -> list[int] | None:
+        if not with_ids or index in started:
+            return None
+        started.add(index)
+        return list(prepared.prompts[index // n].token_ids)
 
     template = ChunkTemplate(
         s.Completion(id=rid, created=created, model=ctx.public_model, choices=[])
@@ -139,13 +163,18 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
             if index // n not in echo_logprobs:
                 scores = (first.prompt_logprobs if first is not None else None) or []
                 echo_logprobs[index // n] = completion_logprobs(
-                    tokenizer, [], prompt.token_ids, scores
+                    tokenizer, [], prompt.token_ids, scores, as_ids=as_ids
                 )
             logprobs = echo_logprobs[index // n]
         return chunk(
             [
                 s.CompletionChoice(
-                    index=index, text=prompt.echo_text or "", logprobs=logprobs, finish_reason=None
+                    index=index,
+                    text=prompt.echo_text or "",
+                    logprobs=logprobs,
+                    finish_reason=None,
+                    prompt_token_ids=prompt_ids(index),
+                    token_ids=[] if with_ids else None,
                 )
             ]
         )
@@ -158,7 +187,7 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
             if index not in offsets:
                 offsets[index] = _Offsets(tokenizer, prompt.token_ids, len(prompt.echo_text or ""))
             at = offsets[index].of([e.token_id for e in entries])
-            logprobs = completion_logprobs(tokenizer, entries, prompt.token_ids, None, at)
+            logprobs = completion_logprobs(tokenizer, entries, prompt.token_ids, None, at, as_ids)
         return chunk(
             [
                 s.CompletionChoice(
@@ -166,6 +195,8 @@ def completion_stream(generation: Generation, tokenizer: Tokenizer) -> AsyncIter
                     text=d.text,
                     logprobs=logprobs,
                     finish_reason=d.finish_reason,
+                    prompt_token_ids=prompt_ids(index),
+                    token_ids=list(d.token_ids) if with_ids else None,
                 )
             ]
         )

@@ -43,6 +43,9 @@ def record(worker_id: str, heartbeat_at: float) -> WorkerRecord:
 class SilentOn:
     """Worker `silent` answers nothing (the gateway's idle timeout fires); others serve."""
 
+    sleep_path = "/sleep"
+    wake_path = "/wake"
+
     def __init__(self, silent: str) -> None:
         self.silent = silent
         self.sent: list[str] = []

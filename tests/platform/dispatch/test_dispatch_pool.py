@@ -47,6 +47,9 @@ def record(worker_id: str, state: str = "ready", path: str = "/m") -> WorkerReco
 class FakeHttp:
     """Scripted worker answers: `fail[address]` = WorkerUnavailable reasons to raise in turn."""
 
+    sleep_path = "/sleep"
+    wake_path = "/wake"
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
         self.fail: dict[str, list[str]] = {}

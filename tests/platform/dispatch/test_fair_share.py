@@ -83,6 +83,9 @@ class StreamingMember:
     """A member that streams `max_tokens` tokens, one per event-loop turn, to whoever it runs:
     what share each tenant gets then depends only on the order of admission."""
 
+    sleep_path = "/sleep?level=1"
+    wake_path = "/wake_up"
+
     def __init__(self) -> None:
         self.served: dict[str, int] = {}
         self.total = 0

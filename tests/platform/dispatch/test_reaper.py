@@ -35,6 +35,8 @@ NOW = 1_000_000.0
 
 
 class FakeCalls:
+    sleep_path = "/sleep"
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 

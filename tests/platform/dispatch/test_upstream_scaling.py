@@ -22,6 +22,7 @@ from k8s_fake_api import TOKEN, FakeApi, fake_api
 
 from hydrant.engine.protocol import EngineStats
 from hydrant.engine.worker.wire import WorkerRecord
+from hydrant.platform.dispatch.fair_share import FairQueue, Ticket
 from hydrant.platform.dispatch.kubernetes import KubernetesScaler
 from hydrant.platform.dispatch.metrics import PoolMetrics
 from hydrant.platform.dispatch.pool import WorkerPool
@@ -63,12 +64,19 @@ def member(running: int = 0) -> WorkerRecord:
 class NoCalls:
     """The member's control calls: an upstream must get none (no /drain, no worker secret)."""
 
+    sleep_path = "/sleep?level=1"
+    wake_path = "/wake_up"
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
     async def call(self, address: str, method: str, path: str, **_: Any) -> Any:
         self.calls.append((address, path))
         return {}
+
+
+def ticket(pool: WorkerPool) -> Ticket | None:
+    return pool.fair.enqueue("tenant", 1.0) if pool.fair is not None else None
 
 
 def settings_for(url: str, **env: str) -> Any:
@@ -87,9 +95,13 @@ def settings_for(url: str, **env: str) -> Any:
     )
 
 
+@pytest.mark.parametrize("fair", [False, True], ids=["first-come", "fair-queue"])
 async def test_requests_at_zero_scale_the_group_up_once_then_route_and_idle_scales_it_down(
-    fake_api: tuple[FakeApi, str],
+    fair: bool, fake_api: tuple[FakeApi, str]
 ) -> None:
+    """`fair-queue`: the upstream default (HYDRANT_UPSTREAM_MAX_INFLIGHT_TOKENS), whose
+    own timeout (1 s here) is shorter than the wake may take; it waited for no wake
+    (and never scaled the workload) before session 53."""
     api, url = fake_api
     settings = settings_for(url, HYDRANT_K8S_UPSTREAM_WORKLOAD="leaderworkerset/vllm-{model}")
     scaler, options = upstream_scaling(settings)
@@ -104,6 +116,7 @@ async def test_requests_at_zero_scale_the_group_up_once_then_route_and_idle_scal
         options=options,
         kind="openai",
         clock=lambda: now[0],
+        fair=FairQueue(member_tokens=1000, timeout_s=1.0) if fair else None,
     )
     pool.update([])  # the registry read: no member (vLLM at zero)
     loop = asyncio.get_running_loop()
@@ -114,7 +127,7 @@ async def test_requests_at_zero_scale_the_group_up_once_then_route_and_idle_scal
 
     api.on_scale = pod_ready
     slots = await asyncio.wait_for(
-        asyncio.gather(*(pool.acquire(None, set(), 10) for _ in range(5))), 15
+        asyncio.gather(*(pool.acquire(None, set(), 10, None, ticket(pool)) for _ in range(5))), 15
     )
     assert {s.worker_id for s in slots} == {MEMBER}
     group = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/serving/leaderworkersets/vllm-demo/scale"
@@ -122,7 +135,7 @@ async def test_requests_at_zero_scale_the_group_up_once_then_route_and_idle_scal
         (group, {"spec": {"replicas": 1}})  # one wake for the five waiting requests
     ]
     for slot in slots:
-        pool.release(slot, 10)
+        pool.release(slot, 10)  # (a fair queue's tickets: finished by dispatch, not here)
     assert not await pool.maybe_scale_down()  # just used
     now[0] += 301
     assert await pool.maybe_scale_down()
