@@ -165,3 +165,24 @@ def test_only_the_gateway_reaches_vllm(overlay: tuple[str, list[Obj]]) -> None:
     for template in pod_templates(find(objects, kind, name)):
         assert not worker_selector <= template["metadata"]["labels"].items()
     assert by_kind(objects, "ScaledObject")  # and the worker pool's ScaledObject is still there
+
+
+def test_the_tp8_vllm_sleeps_when_idle_before_keda_scales_it_to_zero() -> None:
+    """Sleep mode on both sides: vLLM started to sleep (its dev mode, the only one with
+    the routes), the gateway told to use it, and the sleep due before KEDA's cooldown
+    would take the pod away (else the wake in seconds never gets its chance)."""
+    model, kind, name = OVERLAYS["vllm-tp8"]
+    objects = render(K8S / "overlays" / "vllm-tp8")
+    config = find(objects, "ConfigMap", "hydrant-config")["data"]
+    settings = load_settings(environ=config)
+    assert settings.upstream_pools()[model].sleep
+    serving = _serving_template(objects, kind, name)["spec"]["containers"][0]
+    assert "--enable-sleep-mode" in _argv(serving)
+    env = {e["name"]: e.get("value") for e in serving["env"]}
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    cooldown = find(objects, "ScaledObject", name)["spec"]["cooldownPeriod"]
+    assert 0 < settings.pool_idle_timeout_s < cooldown
+    # the multi-node group does not sleep (Ray across nodes: not tried with sleep mode)
+    multinode = render(K8S / "overlays" / "vllm-multinode")
+    other = load_settings(environ=find(multinode, "ConfigMap", "hydrant-config")["data"])
+    assert not other.upstream_sleep_models()
