@@ -171,6 +171,10 @@ class WorkerPool:
             fresh[record.worker_id] = slot
         self.workers = fresh
         self.synced = True
+        if any(s.inflight and s.record.state == "sleeping" for s in fresh.values()):
+            # Asleep under our requests: another gateway put it to sleep (its idle check and
+            # our dispatch crossed). A sleeping vLLM holds them until a wake: wake it now.
+            self._start_wake()
         self._notify()
 
     @staticmethod

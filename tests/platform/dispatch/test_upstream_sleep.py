@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from hydrant.engine.worker.wire import WorkerRecord
@@ -253,3 +254,27 @@ async def test_the_reaper_leaves_a_sleeping_upstream_pool_to_its_gateways() -> N
     assert kept == [] and workload.scaled == [] and calls.calls == []
     reaped = await reap_idle_pools(*args, upstream=workload)
     assert [r.mode for r in reaped] == ["exit"] and workload.scaled == [0]
+
+
+async def test_a_member_put_to_sleep_under_our_requests_is_woken_at_once() -> None:
+    """Another gateway's idle check and this one's dispatch crossed: the member sleeps with
+    a request of ours on it, which vLLM holds until a wake; the registry's next record
+    says `sleeping`, and this gateway wakes it without waiting for a new request."""
+    server = SleepyServer()
+    now = [0.0]
+    pool = sleepy_pool(server, now)
+    pool.update([member()])
+    fair = pool.fair
+    assert fair is not None
+    slot = await pool.acquire(None, set(), 10, None, fair.enqueue("t1", 1.0))
+    pool.update([member("sleeping")])  # put to sleep by another gateway
+    await asyncio.sleep(0)  # the wake's task starts
+    wake = pool._wake
+    assert wake is not None
+    await asyncio.wait_for(wake, 5)
+    assert server.calls == [WAKE_PATH] and pool.ready() == [slot]
+    pool.release(slot, 10)
+    # slept again (a record newer than our wake), with nothing of ours on it: left asleep
+    pool.update([msgspec.structs.replace(member("sleeping"), state_since=time.time() + 1)])
+    await asyncio.sleep(0)
+    assert server.calls == [WAKE_PATH] and pool.ready() == []
