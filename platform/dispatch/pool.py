@@ -319,8 +319,9 @@ class WorkerPool:
         self.waiting += 1
         try:
             while True:
-                ready = [s for s in self.ready() if s.worker_id not in exclude]
-                if self.synced and not self.ready() and self._wakes():
+                awake = self.ready()
+                ready = [s for s in awake if s.worker_id not in exclude]
+                if not awake and self.synced and self._wakes():
                     # Members asleep, or none (a workload at zero) where this gateway wakes
                     # or scales them: the first waiter wakes them, and a wake may take
                     # longer than the queue's own patience.
