@@ -231,6 +231,10 @@ class WorkerPool:
         now = self.clock()
         return [s for s in self.workers.values() if self._eligible(s, now)]
 
+    def asleep(self) -> list[WorkerSlot]:
+        """The members in sleep mode: what a wake wakes."""
+        return [s for s in self.workers.values() if s.record.state == "sleeping"]
+
     def snapshot(self) -> PoolSnapshot:
         replicas: dict[str, int] = {}
         for slot in self.workers.values():
@@ -402,11 +406,7 @@ class WorkerPool:
     def _wakes(self) -> bool:
         """Whether a request that finds no member wakes the pool: a pool that scales
         or sleeps (an upstream pool at a fixed size just has none up)."""
-        return (
-            self.kind == "hydrant"
-            or self.options.idle_timeout_s > 0
-            or any(s.record.state == "sleeping" for s in self.workers.values())
-        )
+        return self.kind == "hydrant" or self.options.idle_timeout_s > 0 or bool(self.asleep())
 
     def _start_wake(self) -> None:
         if self._wake is not None and not self._wake.done():
@@ -418,7 +418,7 @@ class WorkerPool:
         if self._wake_started is None:
             self._wake_started = self.clock()
         self._scaled_down_at = None
-        sleeping = [s for s in self.workers.values() if s.record.state == "sleeping"]
+        sleeping = self.asleep()
         alive = [
             s
             for s in self.workers.values()
@@ -492,13 +492,14 @@ class WorkerPool:
         await self._scale_down(ready, self.options.scale_down)
         return True
 
-    async def sleep(self) -> int:
-        """Put every ready worker to sleep now, idle or not (an admin's `POST /sleep`);
-        how many went. Requests in flight finish first (a worker's sleep drains)."""
+    async def sleep(self) -> None:
+        """Put every ready worker to sleep now, idle or not (an admin's `POST /sleep`).
+        Requests in flight finish first (a worker's sleep drains)."""
         if self.swapping:
             raise Conflict(f"a swap of `{self.model}` is running", code="swap_in_progress")
         ready = self.ready()
-        return len(await self._scale_down(ready, "sleep")) if ready else 0
+        if ready:
+            await self._scale_down(ready, "sleep")
 
     async def wake(self) -> bool:
         """Wake the pool now (an admin's `POST /wake_up`) and wait, bounded by the wake
@@ -509,7 +510,7 @@ class WorkerPool:
                 await asyncio.shield(self._wake)
         return bool(self.ready())
 
-    async def _scale_down(self, ready: list[WorkerSlot], mode: str) -> list[str]:
+    async def _scale_down(self, ready: list[WorkerSlot], mode: str) -> None:
         if mode != "sleep":
             for slot in ready:
                 slot.retired = True
@@ -523,7 +524,6 @@ class WorkerPool:
                 self._sleep_refused_until = self.clock() + SCALE_OUT_INTERVAL_S
         self._scaled_down_at = self.clock()
         self._notify()
-        return gone
 
     # ---- hot swap ---------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ class SleepState(msgspec.Struct, frozen=True, kw_only=True):
 def _state(pool: WorkerPool) -> str:
     if pool.ready():
         return "ready"
-    if any(s.record.state == "sleeping" for s in pool.workers.values()):
+    if pool.asleep():
         return "sleeping"
     return "starting"
 

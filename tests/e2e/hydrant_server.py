@@ -44,13 +44,13 @@ def tenant_client(data_dir: Path, model_dir: Path, tenant: str) -> Iterator[Any]
             yield client
 
 
-def wait_for(predicate: Any, timeout_s: float = 15.0) -> bool:
-    """Whether `predicate()` came true within `timeout_s` (asked every 0.1 s)."""
+def wait_for(predicate: Any, timeout_s: float = 15.0, every_s: float = 0.1) -> bool:
+    """Whether `predicate()` came true within `timeout_s` (asked every `every_s`)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.1)
+        time.sleep(every_s)
     return bool(predicate())
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hydrant_server import hydrant_server
+from hydrant_server import hydrant_server, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform" / "reports"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform" / "usage_export"))
@@ -49,15 +49,6 @@ async def _records(url: str) -> list[UsageExportRecord]:
         return await records(database)
     finally:
         await database.dispose()
-
-
-def _wait(check: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.3)
-    return False
 
 
 def test_a_gateway_killed_mid_delivery_resends_and_loses_nothing(
@@ -98,7 +89,9 @@ def test_a_gateway_killed_mid_delivery_resends_and_loses_nothing(
             def all_sent() -> bool:
                 return {r.status for r in asyncio.run(_records(url))} == {"sent"}
 
-            assert _wait(all_sent, 90), [r.status for r in asyncio.run(_records(url))]
+            assert wait_for(all_sent, 90, every_s=0.3), [
+                r.status for r in asyncio.run(_records(url))
+            ]
     final = asyncio.run(_records(url))
     assert set(receiver.accepted) == {r.idempotency_key for r in final}  # nothing lost
     assert {receiver.posts[k] for k in sending} == {2}  # the stranded batch: re-sent ...

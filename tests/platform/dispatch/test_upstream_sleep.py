@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
+from test_reaper import FakeCalls
 
 from hydrant.engine.worker.wire import WorkerRecord
 from hydrant.errors import ConfigurationError
@@ -220,16 +221,6 @@ def test_sleep_mode_settings() -> None:
         load_settings(environ={**base, "HYDRANT_UPSTREAM_SLEEP": "demo,other"})
 
 
-class Calls:
-    sleep_path = "/sleep"
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    async def call(self, address: str, method: str, path: str, **_: Any) -> Any:
-        self.calls.append((address, path))
-
-
 class Registry:
     """The registry as the reaper reads it: one idle upstream pool."""
 
@@ -248,7 +239,7 @@ async def test_the_reaper_leaves_a_sleeping_upstream_pool_to_its_gateways() -> N
         async def scale(self, spec: PoolSpec, replicas: int) -> None:
             self.scaled.append(replicas)
 
-    workload, calls = Workload(), Calls()
+    workload, calls = Workload(), FakeCalls()
     args: Any = (Registry(), calls, NoScaler(), 300.0, "sleep")
     kept = await reap_idle_pools(*args, upstream=workload, sleeping_upstreams=frozenset({"demo"}))
     assert kept == [] and workload.scaled == [] and calls.calls == []
