@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import socket
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,29 +73,43 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     yield path
 
 
-@pytest.fixture()
-def fresh_postgres_url(postgres_server: str) -> Iterator[str]:
-    """An empty PostgreSQL database of its own, dropped after the test."""
+def _postgres_admin(postgres_server: str, sql: str) -> None:
+    """Run one statement on the server's `postgres` database (CREATE/DROP DATABASE)."""
     import asyncio
-    import secrets
 
     import asyncpg
 
-    name = f"hydrant_t_{secrets.token_hex(6)}"
-    admin_dsn = postgres_server.replace("postgresql+asyncpg", "postgresql") + "/postgres"
-
-    async def _admin(sql: str) -> None:
-        connection = await asyncpg.connect(admin_dsn)
+    async def run() -> None:
+        connection = await asyncpg.connect(
+            postgres_server.replace("postgresql+asyncpg", "postgresql") + "/postgres"
+        )
         try:
             await connection.execute(sql)
         finally:
             await connection.close()
 
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    asyncio.run(run())
+
+
+@contextmanager
+def _postgres_database(postgres_server: str, template: str | None = None) -> Iterator[str]:
+    """A PostgreSQL database of its own (empty, or a copy of `template`), dropped after."""
+    import secrets
+
+    name = f"hydrant_t_{secrets.token_hex(6)}"
+    copy = f' TEMPLATE "{template}"' if template is not None else ""
+    _postgres_admin(postgres_server, f'CREATE DATABASE "{name}"{copy}')
     try:
-        yield f"{postgres_server}/{name}"
+        yield name
     finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        _postgres_admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture()
+def fresh_postgres_url(postgres_server: str) -> Iterator[str]:
+    """An empty PostgreSQL database of its own, dropped after the test."""
+    with _postgres_database(postgres_server) as name:
+        yield f"{postgres_server}/{name}"
 
 
 @pytest.fixture()
@@ -108,13 +124,48 @@ def empty_database_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(fixture))
 
 
-@pytest.fixture()
-def database_url(empty_database_url: str) -> str:
-    """A database on each backend with the schema built by running the migrations."""
+@pytest.fixture(scope="session")
+def migrated_sqlite_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file the migrations built, once a session; tests get copies of it."""
     from hydrant.platform.db import migrate
 
-    migrate.upgrade(empty_database_url)
-    return empty_database_url
+    path = tmp_path_factory.mktemp("migrated") / "hydrant.db"
+    migrate.upgrade(f"sqlite+aiosqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres_template(postgres_server: str) -> Iterator[str]:
+    """A PostgreSQL database the migrations built, once a session, that tests' databases
+    are created from (`CREATE DATABASE ... TEMPLATE`: a file copy, no migration run)."""
+    from hydrant.platform.db import migrate
+
+    with _postgres_database(postgres_server) as name:
+        migrate.upgrade(f"{postgres_server}/{name}")
+        yield name
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of its own on each backend with the schema the migrations build.
+
+    The migrations run once a session per backend (`migrated_sqlite_file`,
+    `migrated_postgres_template`) and each test gets a copy: running all of them for each
+    of the ~430 tests that take this fixture was a third of a second each, two minutes of
+    the suite. The migrations themselves are tested on empty databases
+    (`empty_database_url`: tests/platform/db/test_migrations.py)."""
+    if request.param == "sqlite":
+        template: Path = request.getfixturevalue("migrated_sqlite_file")
+        target = tmp_path / template.name
+        for suffix in ("", "-wal", "-shm"):  # none but the file once its engine is closed
+            source = template.with_name(template.name + suffix)
+            if source.exists():
+                shutil.copyfile(source, target.with_name(target.name + suffix))
+        yield f"sqlite+aiosqlite:///{target}"
+        return
+    server: str = request.getfixturevalue("postgres_server")
+    with _postgres_database(server, request.getfixturevalue("migrated_postgres_template")) as name:
+        yield f"{server}/{name}"
 
 
 @pytest.fixture()
