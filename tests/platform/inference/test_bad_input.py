@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
@@ -29,14 +30,19 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture()
+# One app for the module (loading the engine for each of the ~80 cases was most of their
+# time): every case runs against an app that has already refused the ones before it.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def api(
-    demo_model_dir: Path, tmp_path: Path
+    demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[tuple[AsyncTestClient[Litestar], str]]:
     admin = generate_key("test").secret
     settings = load_settings(
         {},
-        data_dir=tmp_path,
+        data_dir=tmp_path_factory.mktemp("bad-input"),
         models=(ModelSpec("demo", demo_model_dir),),
         admin_bootstrap_key=admin,
         kv_cache_bytes=16 * 1024 * 1024,
